@@ -1,0 +1,177 @@
+"""Speech recognition with Whisper (transformers), optionally assisted by a smaller draft model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from transformers import (
+    AutoConfig,
+    WhisperForCausalLM,
+    WhisperForConditionalGeneration,
+    WhisperProcessor,
+)
+from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+
+from audio import SAMPLE_RATE
+from config import InferenceConfig
+from diarization_utils import Chunk
+from errors import InvalidParametersError, ModelLoadError
+
+_QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the last seconds of each window
+_ENERGY_FRAME_S = 0.02
+_ENERGY_SMOOTHING_S = 0.2
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stretch of the recording decoded as one Whisper input; ``offset`` in seconds."""
+
+    offset: float
+    samples: np.ndarray
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What Whisper heard: timestamped chunks in time order and the language they are in."""
+
+    chunks: list[Chunk]
+    language: str
+
+    @property
+    def text(self) -> str:
+        return " ".join(chunk.text for chunk in self.chunks if chunk.text)
+
+
+def split_windows(waveform: np.ndarray, max_length_s: float) -> list[Window]:
+    """Cut ``waveform`` into windows of at most ``max_length_s``, each cut at the quietest nearby moment."""
+    max_length = int(max_length_s * SAMPLE_RATE)
+    if len(waveform) <= max_length:
+        return [Window(0.0, waveform)]
+    frame = int(_ENERGY_FRAME_S * SAMPLE_RATE)
+    usable = len(waveform) // frame * frame
+    energy = np.square(waveform[:usable].astype(np.float64)).reshape(-1, frame).mean(axis=1)
+    smoothing = max(1, int(_ENERGY_SMOOTHING_S / _ENERGY_FRAME_S))
+    energy = np.convolve(energy, np.ones(smoothing) / smoothing, mode="same")
+    search = int(min(_QUIET_SEARCH_S, max_length_s / 3) * SAMPLE_RATE) // frame
+    windows, start = [], 0
+    while len(waveform) - start > max_length:
+        last = min((start + max_length) // frame, len(energy))
+        first = max(start // frame + 1, last - search)
+        cut = (first + int(np.argmin(energy[first:last]))) * frame
+        windows.append(Window(start / SAMPLE_RATE, waveform[start:cut]))
+        start = cut
+    windows.append(Window(start / SAMPLE_RATE, waveform[start:]))
+    return windows
+
+
+def _batched(items: list[Window], size: int) -> Iterator[list[Window]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class WhisperTranscriber:
+    """Whisper and its optional assistant, loaded once; ``transcribe`` turns a waveform into a ``Transcript``."""
+
+    def __init__(
+        self,
+        model: str,
+        assistant: str | None,
+        device: torch.device,
+        dtype: torch.dtype,
+        token: str | None = None,
+    ):
+        self.device, self.dtype = device, dtype
+        self.processor = WhisperProcessor.from_pretrained(model, token=token)
+        self.model = WhisperForConditionalGeneration.from_pretrained(
+            model, dtype=dtype, token=token, attn_implementation="sdpa"
+        ).to(device).eval()
+        self.multilingual = bool(getattr(self.model.generation_config, "is_multilingual", False))
+        self.assistant = self._load_assistant(assistant, token) if assistant else None
+
+    def _load_assistant(self, name: str, token: str | None) -> torch.nn.Module:
+        """Load a full Whisper or a decoder-only (distil-whisper style) draft model compatible with the main one."""
+        config = AutoConfig.from_pretrained(name, token=token)
+        main = self.model.config
+        if getattr(config, "vocab_size", None) != main.vocab_size:
+            raise ModelLoadError(
+                f"assistant {name!r} has a vocabulary of {getattr(config, 'vocab_size', '?')} tokens, "
+                f"the main model {main.vocab_size}: they cannot share drafts"
+            )
+        decoder_only = "WhisperForCausalLM" in (config.architectures or [])
+        if not decoder_only and getattr(config, "num_mel_bins", None) != main.num_mel_bins:
+            raise ModelLoadError(
+                f"assistant {name!r} expects {config.num_mel_bins} mel bins, the main model {main.num_mel_bins}"
+            )
+        if decoder_only and config.d_model != main.d_model:
+            raise ModelLoadError(
+                f"decoder-only assistant {name!r} has d_model {config.d_model}; it reuses the main model's encoder "
+                f"outputs, whose width is {main.d_model}"
+            )
+        kind = WhisperForCausalLM if decoder_only else WhisperForConditionalGeneration
+        return kind.from_pretrained(name, dtype=self.dtype, token=token, attn_implementation="sdpa").to(
+            self.device
+        ).eval()
+
+    def language_code(self, language: str) -> str:
+        """Normalise a language code or name (``fr``, ``French``) to the code Whisper knows."""
+        code = language if language in LANGUAGES else TO_LANGUAGE_CODE.get(language)
+        lang_to_id = getattr(self.model.generation_config, "lang_to_id", None) or {}
+        if code is None or (lang_to_id and f"<|{code}|>" not in lang_to_id):
+            raise InvalidParametersError(f"parameters: language {language!r} is not a language this model knows")
+        return code
+
+    def _generation_options(self, config: InferenceConfig, features: torch.Tensor) -> tuple[dict, str]:
+        """Keyword arguments for ``generate`` and the language of the recording."""
+        if config.assisted and self.assistant is None:
+            raise InvalidParametersError(
+                "parameters: assisted decoding was asked for, but no assistant model is loaded (set ASSISTANT_MODEL)"
+            )
+        options: dict = {"return_timestamps": True, "return_segments": True}
+        if config.assisted:
+            options["assistant_model"] = self.assistant
+        if not self.multilingual:
+            if config.task == "translate":
+                raise InvalidParametersError("parameters: task 'translate' needs a multilingual model; this one is English-only")
+            if config.language is not None and self.language_code(config.language) != "en":
+                raise InvalidParametersError(
+                    f"parameters: language {config.language!r}: this model is English-only"
+                )
+            return options, "en"
+        if config.language is not None:
+            language = self.language_code(config.language)
+        else:
+            token_id = int(self.model.detect_language(features[:1])[0])
+            language = self.processor.tokenizer.convert_ids_to_tokens(token_id).strip("<|>")
+        options.update(language=language, task=config.task)
+        return options, language
+
+    @torch.inference_mode()
+    def transcribe(self, waveform: np.ndarray, config: InferenceConfig) -> Transcript:
+        """Transcribe a 16 kHz mono waveform window by window, batching windows when not assisted."""
+        windows = split_windows(waveform, config.chunk_length_s)
+        chunks: list[Chunk] = []
+        options: dict | None = None
+        language = "en"
+        for batch in _batched(windows, config.effective_batch_size):
+            features = self.processor.feature_extractor(
+                [window.samples for window in batch], sampling_rate=SAMPLE_RATE, return_tensors="pt"
+            ).input_features.to(self.device, self.dtype)
+            if options is None:
+                options, language = self._generation_options(config, features)
+            output = self.model.generate(features, **options)
+            for window, segments in zip(batch, output["segments"]):
+                chunks.extend(self._chunks(window, segments))
+        return Transcript(chunks, language)
+
+    def _chunks(self, window: Window, segments: list[dict]) -> Iterator[Chunk]:
+        length = len(window.samples) / SAMPLE_RATE
+        for segment in segments:
+            text = self.processor.tokenizer.decode(segment["tokens"], skip_special_tokens=True).strip()
+            if not text:
+                continue
+            start = min(float(segment["start"]), length)
+            end = min(max(float(segment["end"]), start), length)
+            yield Chunk(text, round(window.offset + start, 3), round(window.offset + end, 3))

@@ -1,0 +1,136 @@
+"""Settings: which models the endpoint loads (environment) and the options of one request (``parameters``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from errors import InvalidParametersError
+from offline_bundle import BUNDLE_DIR, DIARIZATION_DIR_NAME, WHISPER_DIR_NAME
+
+
+class ModelSettings(BaseSettings):
+    """Models and limits of the endpoint, read from environment variables (e.g. ``ASR_MODEL``).
+
+    With no environment set, everything runs on the embedded offline bundle (``python offline_bundle.py``).
+    """
+
+    model_config = SettingsConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    asr_model: str = str(BUNDLE_DIR / WHISPER_DIR_NAME)
+    """Whisper checkpoint: a hub id (e.g. ``openai/whisper-large-v3``) or a local folder."""
+
+    assistant_model: str | None = None
+    """Optional assistant for speculative decoding (e.g. ``distil-whisper/distil-large-v3``); unset = none."""
+
+    diarization_model: str | None = str(BUNDLE_DIR / DIARIZATION_DIR_NAME)
+    """pyannote pipeline: a hub id (e.g. ``pyannote/speaker-diarization-community-1``) or a local folder with
+    ``config.yaml``; empty = no diarization (every word gets ``speaker: null``)."""
+
+    hf_token: SecretStr | None = None
+    """Hugging Face token, needed for gated models such as pyannote's pipelines."""
+
+    device: str = "auto"
+    """Torch device (``cpu``, ``cuda``, ``cuda:1``...); ``auto`` = the first GPU if there is one, else the CPU."""
+
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    """Whisper weights' dtype; ``auto`` = float16 on GPU, float32 on CPU."""
+
+    max_request_bytes: int = Field(default=200 * 1024 * 1024, ge=1)
+    """Largest accepted audio file, in bytes (checked before base64 decoding)."""
+
+    max_audio_duration_s: float = Field(default=4 * 3600, gt=0)
+    """Longest accepted recording, in seconds (checked while decoding)."""
+
+    @field_validator("assistant_model", "diarization_model", mode="before")
+    @classmethod
+    def _empty_means_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and value.strip().lower() in ("", "none") else value
+
+    @property
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.float16 if self.torch_device.type == "cuda" else torch.float32
+        return getattr(torch, self.dtype)
+
+    @property
+    def token(self) -> str | None:
+        return self.hf_token.get_secret_value() if self.hf_token else None
+
+
+class InferenceConfig(BaseModel):
+    """Options of one request, given as ``parameters`` in the request body. Unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    task: Literal["transcribe", "translate"] = "transcribe"
+    """``transcribe`` keeps the spoken language; ``translate`` outputs English (multilingual models only)."""
+
+    language: str | None = None
+    """Spoken language as a code or name (``en``, ``french``); unset = detected (multilingual models)."""
+
+    batch_size: int | None = Field(default=None, ge=1, le=64)
+    """Audio windows decoded together; unset = 8, or 1 with ``assisted`` (which allows no other value)."""
+
+    assisted: bool = False
+    """Speculative decoding with the assistant model (``ASSISTANT_MODEL``): same text, fewer decoder passes."""
+
+    chunk_length_s: float = Field(default=30.0, ge=5.0, le=30.0)
+    """Longest audio window Whisper decodes at once, in seconds; long audio is cut at quiet points."""
+
+    num_speakers: int | None = Field(default=None, ge=1)
+    """Exact number of speakers, when known. Excludes ``min_speakers``/``max_speakers``."""
+
+    min_speakers: int | None = Field(default=None, ge=1)
+    """Lower bound on the number of speakers."""
+
+    max_speakers: int | None = Field(default=None, ge=1)
+    """Upper bound on the number of speakers."""
+
+    @field_validator("language")
+    @classmethod
+    def _normalise_language(cls, value: str | None) -> str | None:
+        return value.strip().lower() or None if value is not None else None
+
+    @model_validator(mode="after")
+    def _check_speaker_hints(self) -> InferenceConfig:
+        if self.num_speakers is not None and (self.min_speakers is not None or self.max_speakers is not None):
+            raise ValueError("num_speakers excludes min_speakers and max_speakers")
+        if self.min_speakers is not None and self.max_speakers is not None and self.min_speakers > self.max_speakers:
+            raise ValueError(f"min_speakers ({self.min_speakers}) is larger than max_speakers ({self.max_speakers})")
+        if self.assisted and self.batch_size not in (None, 1):
+            raise ValueError(f"assisted decoding decodes one window at a time: batch_size must be 1, not {self.batch_size}")
+        return self
+
+    @property
+    def effective_batch_size(self) -> int:
+        return self.batch_size or (1 if self.assisted else 8)
+
+    @classmethod
+    def from_parameters(cls, parameters: object) -> InferenceConfig:
+        """Validate a request's ``parameters``; raise ``InvalidParametersError`` naming every problem."""
+        if parameters is None:
+            parameters = {}
+        if not isinstance(parameters, dict):
+            raise InvalidParametersError(f"parameters: expected an object, got {type(parameters).__name__}")
+        try:
+            return cls.model_validate(parameters)
+        except ValidationError as error:
+            raise InvalidParametersError("parameters: " + "; ".join(_describe(e) for e in error.errors())) from None
+
+
+def _describe(error: dict) -> str:
+    location = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"unknown parameter {location!r}"
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{location}: {message}" if location else message

