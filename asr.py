@@ -35,9 +35,10 @@ class Window:
 
 @dataclass(frozen=True)
 class Transcript:
-    """What Whisper heard: timestamped chunks in time order and the language they are in."""
+    """What Whisper heard, in time order: segments (``chunks``), the same text as ``words``, and the language."""
 
     chunks: list[Chunk]
+    words: list[Chunk]
     language: str
 
     @property
@@ -129,7 +130,7 @@ class WhisperTranscriber:
             raise InvalidParametersError(
                 "parameters: assisted decoding was asked for, but no assistant model is loaded (set ASSISTANT_MODEL)"
             )
-        options: dict = {"return_timestamps": True, "return_segments": True}
+        options: dict = {"return_timestamps": True, "return_segments": True, "return_token_timestamps": True}
         if config.assisted:
             options["assistant_model"] = self.assistant
         if not self.multilingual:
@@ -153,25 +154,53 @@ class WhisperTranscriber:
         """Transcribe a 16 kHz mono waveform window by window, batching windows when not assisted."""
         windows = split_windows(waveform, config.chunk_length_s)
         chunks: list[Chunk] = []
+        words: list[Chunk] = []
         options: dict | None = None
         language = "en"
         for batch in _batched(windows, config.effective_batch_size):
-            features = self.processor.feature_extractor(
-                [window.samples for window in batch], sampling_rate=SAMPLE_RATE, return_tensors="pt"
-            ).input_features.to(self.device, self.dtype)
+            inputs = self.processor.feature_extractor(
+                [window.samples for window in batch],
+                sampling_rate=SAMPLE_RATE,
+                return_tensors="pt",
+                return_attention_mask=True,
+            )
+            features = inputs.input_features.to(self.device, self.dtype)
             if options is None:
                 options, language = self._generation_options(config, features)
-            output = self.model.generate(features, **options)
+            output = self.model.generate(features, attention_mask=inputs.attention_mask.to(self.device), **options)
             for window, segments in zip(batch, output["segments"]):
-                chunks.extend(self._chunks(window, segments))
-        return Transcript(chunks, language)
+                for segment in segments:
+                    chunk, segment_words = self._segment(window, segment)
+                    if chunk.text:
+                        chunks.append(chunk)
+                        words.extend(segment_words)
+        return Transcript(chunks, words, language)
 
-    def _chunks(self, window: Window, segments: list[dict]) -> Iterator[Chunk]:
+    def _segment(self, window: Window, segment: dict) -> tuple[Chunk, list[Chunk]]:
+        """A Whisper segment as a chunk and its words, in recording time.
+
+        A word is a run of tokens starting with a space (punctuation stays with its word); it lasts from its
+        first token's time to the next token's, by the cross-attention alignment (``alignment_heads``).
+        """
+        tokenizer = self.processor.tokenizer
         length = len(window.samples) / SAMPLE_RATE
-        for segment in segments:
-            text = self.processor.tokenizer.decode(segment["tokens"], skip_special_tokens=True).strip()
-            if not text:
+        tokens = segment["tokens"].tolist()
+        times = [min(max(float(t), 0.0), length) for t in segment["token_timestamps"].tolist()]
+        runs: list[tuple[list[int], float, float]] = []
+        for i, token in enumerate(tokens):
+            if token >= tokenizer.eos_token_id:  # timestamps and control tokens
                 continue
-            start = min(float(segment["start"]), length)
-            end = min(max(float(segment["end"]), start), length)
-            yield Chunk(text, round(window.offset + start, 3), round(window.offset + end, 3))
+            end = times[i + 1] if i + 1 < len(times) else times[i]
+            if runs and not tokenizer.convert_ids_to_tokens(token).startswith("Ġ"):
+                runs[-1] = (runs[-1][0] + [token], runs[-1][1], end)
+            else:
+                runs.append(([token], times[i], end))
+        words = []
+        for ids, start, end in runs:
+            text = tokenizer.decode(ids).strip()
+            if text:
+                words.append(Chunk(text, round(window.offset + start, 3), round(window.offset + max(start, end), 3)))
+        start = min(float(segment["start"]), length)
+        end = min(max(float(segment["end"]), start), length)
+        text = " ".join(word.text for word in words)
+        return Chunk(text, round(window.offset + start, 3), round(window.offset + end, 3)), words

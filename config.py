@@ -87,6 +87,9 @@ class InferenceConfig(BaseModel):
     chunk_length_s: float = Field(default=30.0, ge=5.0, le=30.0)
     """Longest audio window Whisper decodes at once, in seconds; long audio is cut at quiet points."""
 
+    return_timestamps: Literal["chunk", "word"] = "chunk"
+    """``word`` adds ``words: [{word, start, end, speaker}]`` to the response."""
+
     num_speakers: int | None = Field(default=None, ge=1)
     """Exact number of speakers, when known. Excludes ``min_speakers``/``max_speakers``."""
 

@@ -48,7 +48,7 @@ class Turn:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A piece of transcript; ``start``/``end`` in seconds, ``None`` when Whisper gave no timestamp."""
+    """A piece of transcript (a Whisper segment or a word); seconds, ``None`` when Whisper gave no timestamp."""
 
     text: str
     start: float | None
@@ -124,21 +124,23 @@ def _speaker_for(start: float, end: float, turns: Sequence[Turn]) -> str | None:
     return nearest.speaker
 
 
-def attribute_chunks(chunks: Sequence[Chunk], turns: Sequence[Turn], duration: float) -> list[SpeakerSegment]:
-    """Give each chunk a speaker by time overlap and join consecutive chunks of one speaker.
+def assign_speakers(pieces: Sequence[Chunk], turns: Sequence[Turn], duration: float) -> list[str | None]:
+    """The speaker of each piece: the one whose turns overlap it most, else the one of the nearest turn."""
+    return [_speaker_for(start, end, turns) for start, end in _intervals(pieces, duration)]
 
-    Every chunk's text appears in exactly one segment, in order; nothing is dropped.
+
+def group_by_speaker(
+    pieces: Sequence[Chunk], speakers: Sequence[str | None], duration: float
+) -> list[SpeakerSegment]:
+    """Join consecutive pieces of one speaker into turns timed by their pieces.
+
+    Every piece's text appears in exactly one turn, in order; nothing is dropped.
     """
     segments: list[SpeakerSegment] = []
-    for chunk, (start, end) in zip(chunks, _intervals(chunks, duration)):
-        speaker = _speaker_for(start, end, turns)
+    for piece, speaker, (start, end) in zip(pieces, speakers, _intervals(pieces, duration)):
         if segments and segments[-1].speaker == speaker:
             last = segments[-1]
-            segments[-1] = SpeakerSegment(speaker, _join(last.text, chunk.text), last.start, end)
+            segments[-1] = SpeakerSegment(speaker, f"{last.text} {piece.text.strip()}".strip(), last.start, end)
         else:
-            segments.append(SpeakerSegment(speaker, chunk.text.strip(), start, end))
+            segments.append(SpeakerSegment(speaker, piece.text.strip(), start, end))
     return segments
-
-
-def _join(left: str, right: str) -> str:
-    return f"{left} {right.strip()}".strip()

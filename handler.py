@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from asr import WhisperTranscriber  # noqa: E402
 from audio import decode, request_bytes  # noqa: E402
 from config import InferenceConfig, ModelSettings  # noqa: E402
-from diarization_utils import attribute_chunks, diarize, load_pipeline  # noqa: E402
+from diarization_utils import assign_speakers, diarize, group_by_speaker, load_pipeline  # noqa: E402
 from errors import EndpointError, InferenceError, ModelLoadError, RequestError  # noqa: E402
 from offline_bundle import BUNDLE_DIR  # noqa: E402
 
@@ -54,8 +54,9 @@ class EndpointHandler:
             raise InferenceError("out of memory while processing the recording; try a shorter one") from None
         except Exception as error:
             raise InferenceError(f"inference failed ({type(error).__name__})") from error
-        speakers = attribute_chunks(transcript.chunks, turns, audio.duration)
-        return {
+        word_speakers = assign_speakers(transcript.words, turns, audio.duration)
+        speakers = group_by_speaker(transcript.words, word_speakers, audio.duration)
+        response = {
             "text": transcript.text,
             "chunks": [{"text": c.text, "timestamp": [c.start, c.end]} for c in transcript.chunks],
             "speakers": [
@@ -70,3 +71,9 @@ class EndpointHandler:
                 "language": transcript.language,
             },
         }
+        if config.return_timestamps == "word":
+            response["words"] = [
+                {"word": w.text, "start": w.start, "end": w.end, "speaker": speaker}
+                for w, speaker in zip(transcript.words, word_speakers)
+            ]
+        return response

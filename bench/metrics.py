@@ -1,0 +1,62 @@
+"""Transcript and diarization scores: WER, speaker-attributed WER (cpWER) and DER."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from pyannote.core import Annotation, Segment, Timeline
+from pyannote.metrics.diarization import DiarizationErrorRate
+from rapidfuzz.distance import Levenshtein
+from scipy.optimize import linear_sum_assignment
+
+_NON_WORD = re.compile(r"[^a-z0-9' ]+")
+
+
+def normalize(text: str) -> list[str]:
+    """Lower-case words without punctuation, for scoring."""
+    return _NON_WORD.sub(" ", text.lower().replace("-", " ")).split()
+
+
+def word_errors(reference: str, hypothesis: str) -> int:
+    """Substitutions + deletions + insertions between two texts, word level."""
+    return Levenshtein.distance(normalize(reference), normalize(hypothesis))
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    return word_errors(reference, hypothesis) / max(1, len(normalize(reference)))
+
+
+def cpwer(reference: Mapping[str, str], hypothesis: Mapping[str, str]) -> float:
+    """Concatenated minimum-permutation WER: each speaker's words, speakers matched to minimise errors."""
+    ref_texts, hyp_texts = list(reference.values()), list(hypothesis.values())
+    size = max(len(ref_texts), len(hyp_texts))
+    ref_texts += [""] * (size - len(ref_texts))
+    hyp_texts += [""] * (size - len(hyp_texts))
+    cost = np.array([[word_errors(r, h) for h in hyp_texts] for r in ref_texts])
+    rows, cols = linear_sum_assignment(cost)
+    total_words = sum(len(normalize(text)) for text in reference.values())
+    return float(cost[rows, cols].sum()) / max(1, total_words)
+
+
+def texts_by_speaker(turns: Iterable[tuple[str | None, str]]) -> dict[str, str]:
+    """Join the text of (speaker, text) turns per speaker."""
+    texts: dict[str, list[str]] = {}
+    for speaker, text in turns:
+        texts.setdefault(str(speaker), []).append(text)
+    return {speaker: " ".join(parts) for speaker, parts in texts.items()}
+
+
+def annotation(turns: Iterable[tuple[str | None, float, float]]) -> Annotation:
+    result = Annotation()
+    for speaker, start, end in turns:
+        if end > start:
+            result[Segment(start, end), len(result)] = str(speaker)
+    return result
+
+
+def der(reference: Annotation, hypothesis: Annotation, duration: float) -> float:
+    """Diarization error rate over [0, duration], collar 0, overlap scored."""
+    metric = DiarizationErrorRate(collar=0.0, skip_overlap=False)
+    return float(metric(reference, hypothesis, uem=Timeline([Segment(0.0, duration)])))
