@@ -86,9 +86,11 @@ class WhisperTranscriber:
     ):
         self.device, self.dtype = device, dtype
         self.processor = WhisperProcessor.from_pretrained(model, token=token)
-        self.model = WhisperForConditionalGeneration.from_pretrained(
-            model, dtype=dtype, token=token, attn_implementation="sdpa"
-        ).to(device).eval()
+        self.model = (
+            WhisperForConditionalGeneration.from_pretrained(model, dtype=dtype, token=token, attn_implementation="sdpa")
+            .to(device)
+            .eval()
+        )
         self.multilingual = bool(getattr(self.model.generation_config, "is_multilingual", False))
         self.assistant = self._load_assistant(assistant, token) if assistant else None
 
@@ -112,9 +114,9 @@ class WhisperTranscriber:
                 f"outputs, whose width is {main.d_model}"
             )
         kind = WhisperForCausalLM if decoder_only else WhisperForConditionalGeneration
-        return kind.from_pretrained(name, dtype=self.dtype, token=token, attn_implementation="sdpa").to(
-            self.device
-        ).eval()
+        return (
+            kind.from_pretrained(name, dtype=self.dtype, token=token, attn_implementation="sdpa").to(self.device).eval()
+        )
 
     def language_code(self, language: str) -> str:
         """Normalise a language code or name (``fr``, ``French``) to the code Whisper knows."""
@@ -125,21 +127,27 @@ class WhisperTranscriber:
         return code
 
     def _generation_options(self, config: InferenceConfig, features: torch.Tensor) -> tuple[dict, str]:
-        """Keyword arguments for ``generate`` and the language of the recording."""
+        """Keyword arguments for ``generate`` and the recording's language."""
         if config.assisted and self.assistant is None:
             raise InvalidParametersError(
                 "parameters: assisted decoding was asked for, but no assistant model is loaded (set ASSISTANT_MODEL)"
             )
-        options: dict = {"return_timestamps": True, "return_segments": True, "return_token_timestamps": True}
+        options: dict = {
+            "return_timestamps": True,
+            "return_segments": True,
+            "return_token_timestamps": True,
+            "return_dict_in_generate": True,
+            "output_logits": True,
+        }
         if config.assisted:
             options["assistant_model"] = self.assistant
         if not self.multilingual:
             if config.task == "translate":
-                raise InvalidParametersError("parameters: task 'translate' needs a multilingual model; this one is English-only")
-            if config.language is not None and self.language_code(config.language) != "en":
                 raise InvalidParametersError(
-                    f"parameters: language {config.language!r}: this model is English-only"
+                    "parameters: task 'translate' needs a multilingual model; this one is English-only"
                 )
+            if config.language is not None and self.language_code(config.language) != "en":
+                raise InvalidParametersError(f"parameters: language {config.language!r}: this model is English-only")
             return options, "en"
         if config.language is not None:
             language = self.language_code(config.language)
@@ -151,7 +159,11 @@ class WhisperTranscriber:
 
     @torch.inference_mode()
     def transcribe(self, waveform: np.ndarray, config: InferenceConfig) -> Transcript:
-        """Transcribe a 16 kHz mono waveform window by window, batching windows when not assisted."""
+        """Transcribe a 16 kHz mono waveform window by window, batching windows when not assisted.
+
+        A window is dropped as non-speech when Whisper's no-speech probability is above ``no_speech_threshold``
+        and its decoding's average log-probability below ``logprob_threshold`` (Whisper's own rule).
+        """
         windows = split_windows(waveform, config.chunk_length_s)
         chunks: list[Chunk] = []
         words: list[Chunk] = []
@@ -168,13 +180,35 @@ class WhisperTranscriber:
             if options is None:
                 options, language = self._generation_options(config, features)
             output = self.model.generate(features, attention_mask=inputs.attention_mask.to(self.device), **options)
-            for window, segments in zip(batch, output["segments"]):
+            for window, window_features, segments in zip(batch, features, output["segments"], strict=True):
+                if segments and self._is_non_speech(window_features, segments[0]["result"], config):
+                    continue
                 for segment in segments:
                     chunk, segment_words = self._segment(window, segment)
                     if chunk.text:
                         chunks.append(chunk)
                         words.extend(segment_words)
         return Transcript(chunks, words, language)
+
+    def _is_non_speech(self, features: torch.Tensor, result: dict, config: InferenceConfig) -> bool:
+        """Whisper's rule: likely no speech, and a decoding too unsure to trust (raw, unfiltered logits)."""
+        if config.no_speech_threshold is None:
+            return False
+        eot = self.processor.tokenizer.eos_token_id
+        steps = len(result["logits"])
+        logprobs = []
+        for token, logits in zip(result["sequences"][-steps:].tolist(), result["logits"], strict=True):
+            logprobs.append(logits.float().log_softmax(dim=-1)[token].item())
+            if token == eot:
+                break
+        if float(np.mean(logprobs)) >= config.logprob_threshold:
+            return False
+        generation = self.model.generation_config
+        encoded = self.model.get_encoder()(features[None])
+        start = torch.tensor([[generation.decoder_start_token_id]], device=self.device)
+        logits = self.model(encoder_outputs=encoded, decoder_input_ids=start).logits[0, -1].float()
+        no_speech = logits.softmax(dim=-1)[generation.no_timestamps_token_id - 1].item()
+        return no_speech > config.no_speech_threshold
 
     def _segment(self, window: Window, segment: dict) -> tuple[Chunk, list[Chunk]]:
         """A Whisper segment as a chunk and its words, in recording time.

@@ -87,6 +87,13 @@ class InferenceConfig(BaseModel):
     chunk_length_s: float = Field(default=30.0, ge=5.0, le=30.0)
     """Longest audio window Whisper decodes at once, in seconds; long audio is cut at quiet points."""
 
+    no_speech_threshold: float | None = Field(default=0.6, ge=0.0, le=1.0)
+    """A window whose no-speech probability is above this and whose ``logprob_threshold`` test fails is dropped
+    as silence or noise (Whisper's rule); unset = never drop."""
+
+    logprob_threshold: float = Field(default=-1.0, le=0.0)
+    """Average token log-probability under which a decoding counts as unreliable."""
+
     return_timestamps: Literal["chunk", "word"] = "chunk"
     """``word`` adds ``words: [{word, start, end, speaker}]`` to the response."""
 
@@ -111,7 +118,9 @@ class InferenceConfig(BaseModel):
         if self.min_speakers is not None and self.max_speakers is not None and self.min_speakers > self.max_speakers:
             raise ValueError(f"min_speakers ({self.min_speakers}) is larger than max_speakers ({self.max_speakers})")
         if self.assisted and self.batch_size not in (None, 1):
-            raise ValueError(f"assisted decoding decodes one window at a time: batch_size must be 1, not {self.batch_size}")
+            raise ValueError(
+                f"assisted decoding decodes one window at a time: batch_size must be 1, not {self.batch_size}"
+            )
         return self
 
     @property

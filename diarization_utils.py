@@ -18,7 +18,7 @@ from errors import ModelLoadError
 class NoPLDA(PLDA):
     """Stands in for a PLDA that an embedding model does not have; only non-VBx clustering may use it."""
 
-    def __init__(self) -> None:  # noqa: D107 - nothing to load
+    def __init__(self) -> None:
         pass
 
     def __call__(self, embeddings: np.ndarray) -> np.ndarray:
@@ -87,8 +87,10 @@ def diarize(
     audio = {"waveform": torch.from_numpy(waveform)[None], "sample_rate": SAMPLE_RATE, "uri": "request"}
     output = pipeline(audio, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)
     annotation = getattr(output, "exclusive_speaker_diarization", output)
-    turns = [Turn(str(speaker), float(segment.start), float(segment.end))
-             for segment, _, speaker in annotation.itertracks(yield_label=True)]
+    turns = [
+        Turn(str(speaker), float(segment.start), float(segment.end))
+        for segment, _, speaker in annotation.itertracks(yield_label=True)
+    ]
     return sorted(turns, key=lambda turn: (turn.start, turn.end))
 
 
@@ -129,15 +131,13 @@ def assign_speakers(pieces: Sequence[Chunk], turns: Sequence[Turn], duration: fl
     return [_speaker_for(start, end, turns) for start, end in _intervals(pieces, duration)]
 
 
-def group_by_speaker(
-    pieces: Sequence[Chunk], speakers: Sequence[str | None], duration: float
-) -> list[SpeakerSegment]:
+def group_by_speaker(pieces: Sequence[Chunk], speakers: Sequence[str | None], duration: float) -> list[SpeakerSegment]:
     """Join consecutive pieces of one speaker into turns timed by their pieces.
 
     Every piece's text appears in exactly one turn, in order; nothing is dropped.
     """
     segments: list[SpeakerSegment] = []
-    for piece, speaker, (start, end) in zip(pieces, speakers, _intervals(pieces, duration)):
+    for piece, speaker, (start, end) in zip(pieces, speakers, _intervals(pieces, duration), strict=True):
         if segments and segments[-1].speaker == speaker:
             last = segments[-1]
             segments[-1] = SpeakerSegment(speaker, f"{last.text} {piece.text.strip()}".strip(), last.start, end)

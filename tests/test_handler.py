@@ -1,0 +1,136 @@
+"""The endpoint end to end on real weights and a real recording."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+
+import numpy as np
+import pytest
+from conftest import SAMPLE_RATE, encode
+from evaluate import score
+from metrics import normalize
+
+from errors import AudioTooShortError, InvalidAudioError, InvalidParametersError, RequestError
+
+
+def speaker_of(response: dict, phrase: str) -> str:
+    matches = [turn["speaker"] for turn in response["speakers"] if phrase in turn["text"]]
+    assert len(matches) == 1, f"{phrase!r} in {response['speakers']}"
+    return matches[0]
+
+
+def test_response_schema(sample_response):
+    assert set(sample_response) >= {"text", "chunks", "speakers", "language", "duration", "parameters", "words"}
+    assert sample_response["language"] == "en"
+    assert sample_response["duration"] == 30.0
+    for chunk in sample_response["chunks"]:
+        assert set(chunk) == {"text", "timestamp"}
+        start, end = chunk["timestamp"]
+        assert 0.0 <= start <= end <= 30.0
+    for turn in sample_response["speakers"]:
+        assert set(turn) == {"speaker", "text", "timestamp"}
+
+
+def test_two_speakers_on_the_sample(sample_response):
+    assert {turn["speaker"] for turn in sample_response["speakers"]} == {"SPEAKER_00", "SPEAKER_01"}
+
+
+def test_diane_and_sheila_are_different_speakers(sample_response):
+    assert speaker_of(sample_response, "This is Diane in New Jersey") != speaker_of(sample_response, "I'm Sheila")
+
+
+def test_the_words_that_matter_are_heard(sample_response):
+    assert "Chicago" in sample_response["text"]
+    assert "Yankee" in sample_response["text"]
+
+
+def test_quality_on_the_sample(sample, sample_response):
+    scores = score(sample, sample_response)
+    assert scores["wer"] <= 0.17
+    assert scores["cpwer"] <= 0.35
+    assert scores["der"] <= 0.30
+
+
+def test_every_word_appears_once_in_order_in_the_speaker_turns(sample_response):
+    words = [w["word"] for w in sample_response["words"]]
+    assert normalize(" ".join(words)) == normalize(sample_response["text"])
+    assert normalize(" ".join(t["text"] for t in sample_response["speakers"])) == normalize(sample_response["text"])
+    starts = [w["start"] for w in sample_response["words"]]
+    assert starts == sorted(starts)
+
+
+def test_speaker_turns_are_timed_by_their_words(sample_response):
+    turns = sample_response["speakers"]
+    assert turns[0]["timestamp"][0] > 5.0  # the call starts after 6 s of ringing, not at 0
+    for previous, turn in itertools.pairwise(turns):
+        assert previous["timestamp"][1] <= turn["timestamp"][0] + 1e-6
+
+
+def test_base64_and_raw_bytes_give_the_same_answer(handler, sample, sample_response):
+    encoded = base64.b64encode(sample.audio.read_bytes()).decode()
+    response = handler({"inputs": encoded, "parameters": {"return_timestamps": "word"}})
+    assert response == sample_response
+
+
+def test_speaker_count_hint_is_honoured(handler, sample):
+    response = handler({"inputs": sample.audio.read_bytes(), "parameters": {"num_speakers": 1}})
+    assert {turn["speaker"] for turn in response["speakers"]} == {"SPEAKER_00"}
+    assert response["parameters"]["num_speakers"] == 1
+
+
+def test_stereo_48k_mp3_of_the_sample(handler, sample_waveform):
+    resampled = np.interp(np.arange(0, len(sample_waveform), 1 / 3), np.arange(len(sample_waveform)), sample_waveform)
+    data = encode(np.stack([resampled, resampled]), 48000, "mp3", "libmp3lame")
+    response = handler({"inputs": data})
+    assert "Chicago" in response["text"]
+    assert len({turn["speaker"] for turn in response["speakers"]}) == 2
+
+
+def test_silence_produces_no_text_and_no_speakers(handler):
+    silence = encode(np.zeros(5 * SAMPLE_RATE), SAMPLE_RATE, "wav", "pcm_s16le")
+    response = handler({"inputs": silence})
+    assert response["text"] == ""
+    assert response["speakers"] == []
+    assert response["duration"] == 5.0
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "message"),
+    [
+        ({"inputs": "%%% not base64 %%%"}, InvalidAudioError, "not valid base64"),
+        ({"inputs": base64.b64encode(b"plain text, not audio" * 50).decode()}, InvalidAudioError, "not a readable"),
+        ({"inputs": ""}, AudioTooShortError, "empty"),
+        ({"parameters": {}}, RequestError, '"inputs"'),
+        ("just a string", RequestError, '"inputs"'),
+    ],
+)
+def test_bad_requests(handler, data, error, message):
+    with pytest.raises(error, match=message):
+        handler(data)
+
+
+def test_sub_100_ms_audio(handler):
+    with pytest.raises(AudioTooShortError, match="minimum"):
+        handler({"inputs": encode(np.zeros(800), SAMPLE_RATE, "wav", "pcm_s16le")})
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"speakers": 2}, "unknown parameter 'speakers'"),
+        ({"assisted": True}, "no assistant model is loaded"),
+        ({"language": "fr"}, "English-only"),
+        ({"language": "klingon"}, "not a language this model knows"),
+        ({"task": "translate"}, "English-only"),
+        ({"min_speakers": 3, "max_speakers": 2}, "larger than max_speakers"),
+    ],
+)
+def test_bad_parameters(handler, sample, parameters, message):
+    with pytest.raises(InvalidParametersError, match=message):
+        handler({"inputs": sample.audio.read_bytes(), "parameters": parameters})
+
+
+def test_english_is_accepted_by_an_english_only_model(handler, sample):
+    response = handler({"inputs": sample.audio.read_bytes(), "parameters": {"language": "English"}})
+    assert response["language"] == "en"

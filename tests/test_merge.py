@@ -1,0 +1,61 @@
+"""Attribution of transcript pieces to speaker turns."""
+
+from __future__ import annotations
+
+from diarization_utils import Chunk, Turn, assign_speakers, group_by_speaker
+
+
+def attribute(pieces, turns, duration=60.0):
+    speakers = assign_speakers(pieces, turns, duration)
+    return speakers, group_by_speaker(pieces, speakers, duration)
+
+
+def words(*items):
+    return [Chunk(text, start, end) for text, start, end in items]
+
+
+def test_each_piece_goes_to_the_speaker_overlapping_it_most():
+    turns = [Turn("A", 0.0, 2.0), Turn("B", 2.0, 5.0)]
+    speakers, _ = attribute(words(("hi", 0.5, 1.0), ("there", 1.5, 2.8), ("friend", 3.0, 4.0)), turns)
+    assert speakers == ["A", "B", "B"]
+
+
+def test_a_speaker_change_mid_sentence_splits_the_turn():
+    turns = [Turn("A", 0.0, 1.9), Turn("B", 2.1, 4.0)]
+    pieces = words(("yes", 0.2, 0.6), ("indeed.", 0.7, 1.8), ("No", 2.2, 2.5), ("way.", 2.6, 3.0))
+    _, segments = attribute(pieces, turns)
+    assert [(s.speaker, s.text, s.start, s.end) for s in segments] == [
+        ("A", "yes indeed.", 0.2, 1.8),
+        ("B", "No way.", 2.2, 3.0),
+    ]
+
+
+def test_a_piece_outside_every_turn_goes_to_the_nearest():
+    turns = [Turn("A", 0.0, 1.0), Turn("B", 5.0, 6.0)]
+    speakers, _ = attribute(words(("late", 1.2, 1.5), ("early", 4.0, 4.8)), turns)
+    assert speakers == ["A", "B"]
+
+
+def test_no_speaker_found_keeps_all_text():
+    pieces = words(("nobody", 0.0, 1.0), ("diarized", 1.0, 2.0))
+    speakers, segments = attribute(pieces, [])
+    assert speakers == [None, None]
+    assert [(s.speaker, s.text) for s in segments] == [(None, "nobody diarized")]
+
+
+def test_null_timestamps_are_filled_from_neighbours():
+    pieces = [Chunk("first", 0.0, 1.0), Chunk("second", None, None), Chunk("third", 4.0, None)]
+    turns = [Turn("A", 0.0, 2.0), Turn("B", 2.0, 10.0)]
+    speakers, segments = attribute(pieces, turns, duration=10.0)
+    assert speakers == ["A", "B", "B"]
+    assert [(s.start, s.end) for s in segments] == [(0.0, 1.0), (1.0, 10.0)]
+
+
+def test_single_speaker_makes_one_turn():
+    pieces = words(("one", 0.0, 0.5), ("voice", 0.6, 1.0), ("only", 3.0, 3.4))
+    _, segments = attribute(pieces, [Turn("A", 0.0, 1.2), Turn("A", 2.9, 3.5)])
+    assert [(s.speaker, s.text, s.start, s.end) for s in segments] == [("A", "one voice only", 0.0, 3.4)]
+
+
+def test_no_pieces_no_turns():
+    assert attribute([], [Turn("A", 0.0, 1.0)]) == ([], [])
