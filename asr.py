@@ -23,6 +23,7 @@ from errors import InvalidParametersError, ModelLoadError
 _QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the last seconds of each window
 _ENERGY_FRAME_S = 0.02
 _ENERGY_SMOOTHING_S = 0.2
+_MAX_MEDIAN_WORD_S = 0.7  # a word lasts at most twice its segment's median word duration (median capped at this)
 
 
 @dataclass(frozen=True)
@@ -229,11 +230,15 @@ class WhisperTranscriber:
                 runs[-1] = (runs[-1][0] + [token], runs[-1][1], end)
             else:
                 runs.append(([token], times[i], end))
+        # The alignment stretches a segment's last word to the closing timestamp: cap word durations.
+        durations = [end - start for _, start, end in runs if end > start]
+        longest = 2 * min(_MAX_MEDIAN_WORD_S, float(np.median(durations))) if durations else 0.0
         words = []
         for ids, start, end in runs:
             text = tokenizer.decode(ids).strip()
             if text:
-                words.append(Chunk(text, round(window.offset + start, 3), round(window.offset + max(start, end), 3)))
+                end = min(max(start, end), start + longest)
+                words.append(Chunk(text, round(window.offset + start, 3), round(window.offset + end, 3)))
         start = min(float(segment["start"]), length)
         end = min(max(float(segment["end"]), start), length)
         text = " ".join(word.text for word in words)

