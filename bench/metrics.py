@@ -28,16 +28,21 @@ def wer(reference: str, hypothesis: str) -> float:
     return word_errors(reference, hypothesis) / max(1, len(normalize(reference)))
 
 
-def cpwer(reference: Mapping[str, str], hypothesis: Mapping[str, str]) -> float:
-    """Concatenated minimum-permutation WER: each speaker's words, speakers matched to minimise errors."""
+def cp_word_errors(reference: Mapping[str, str], hypothesis: Mapping[str, str]) -> int:
+    """Errors of the best one-to-one matching of hypothesis speakers to reference speakers (each speaker's words)."""
     ref_texts, hyp_texts = list(reference.values()), list(hypothesis.values())
     size = max(len(ref_texts), len(hyp_texts))
     ref_texts += [""] * (size - len(ref_texts))
     hyp_texts += [""] * (size - len(hyp_texts))
     cost = np.array([[word_errors(r, h) for h in hyp_texts] for r in ref_texts])
     rows, cols = linear_sum_assignment(cost)
+    return int(cost[rows, cols].sum())
+
+
+def cpwer(reference: Mapping[str, str], hypothesis: Mapping[str, str]) -> float:
+    """Concatenated minimum-permutation WER (speaker-attributed WER)."""
     total_words = sum(len(normalize(text)) for text in reference.values())
-    return float(cost[rows, cols].sum()) / max(1, total_words)
+    return cp_word_errors(reference, hypothesis) / max(1, total_words)
 
 
 def texts_by_speaker(turns: Iterable[tuple[str | None, str]]) -> dict[str, str]:

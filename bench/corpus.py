@@ -1,0 +1,174 @@
+"""Build a multi-speaker test corpus with Debian's flite and espeak-ng: exact reference turns and transcripts.
+
+    python bench/corpus.py --out bench/corpus
+
+Each conversation is seeded, so the corpus is the same on every machine with the same flite/espeak-ng. It has
+2-4 speakers, pauses, overlapping turns and, in some files, background noise; one lasts more than 5 minutes.
+Per conversation: ``NAME.wav`` (16 kHz mono) and ``NAME.json`` with ``turns: [{speaker, start, end, text}]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from audio import SAMPLE_RATE, decode
+
+VOICES = {
+    "flite-slt": ["flite", "-voice", "slt"],
+    "flite-rms": ["flite", "-voice", "rms"],
+    "flite-awb": ["flite", "-voice", "awb"],
+    "flite-kal": ["flite", "-voice", "kal16"],
+    "espeak-us-f": ["espeak-ng", "-v", "en-us+f3", "-s", "150"],
+    "espeak-gb-m": ["espeak-ng", "-v", "en-gb+m3", "-s", "150"],
+}
+
+LINES = [
+    "Good morning, did you sleep well last night?",
+    "Not really, the neighbours were playing music until two.",
+    "That sounds awful. Did you ask them to turn it down?",
+    "I knocked on their door, but nobody answered.",
+    "We should talk to the building manager about it.",
+    "I already sent an email this morning.",
+    "Have you finished the report for the meeting on Friday?",
+    "Almost. I still need the numbers from the sales team.",
+    "They promised to send everything before lunch.",
+    "Great, then we can review it together this afternoon.",
+    "What time does the train leave tomorrow?",
+    "The first one leaves at seven fifteen from platform four.",
+    "Should we book a table for dinner after the concert?",
+    "Yes, the small Italian place near the river would be nice.",
+    "I love their mushroom soup and the fresh bread.",
+    "Can you pick up some milk and eggs on your way home?",
+    "Sure. Do we need anything else from the market?",
+    "Maybe some apples and a bag of rice.",
+    "The weather forecast says it will rain all weekend.",
+    "Then let's visit the museum instead of going hiking.",
+    "My brother is moving to a new apartment next month.",
+    "Does he need help carrying the furniture?",
+    "He said he hired a moving company, so we can relax.",
+    "I started learning to play the guitar in the evenings.",
+    "That's wonderful. Which songs are you practising?",
+    "Mostly old folk songs, they have simple chords.",
+    "The garden looks beautiful now that the roses are open.",
+    "We planted them three years ago and they finally bloomed.",
+    "Could you explain how the new software works?",
+    "You open the dashboard and choose a project from the list.",
+    "Then you can see every task and who is working on it.",
+    "That is much easier than the old spreadsheet.",
+    "I think we should leave early to avoid the traffic.",
+    "Agreed. Let's meet at the front door at eight.",
+    "Did you watch the football match yesterday evening?",
+    "I did. The second half was really exciting.",
+    "Our team scored twice in the last ten minutes.",
+    "The library will be closed on Monday for repairs.",
+    "Then I will return my books on Tuesday morning.",
+    "Remember to bring your umbrella, it looks cloudy.",
+]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation to synthesise: seed, speakers (voice names), number of turns, noise level."""
+
+    name: str
+    seed: int
+    voices: tuple[str, ...]
+    turns: int
+    noise_snr_db: float | None
+    overlap_probability: float
+
+
+CONVERSATIONS = [
+    Conversation("two-clean", 1, ("flite-slt", "flite-rms"), 12, None, 0.0),
+    Conversation("two-overlap", 2, ("flite-awb", "espeak-us-f"), 14, None, 0.3),
+    Conversation("three-noise", 3, ("flite-slt", "flite-kal", "espeak-gb-m"), 16, 20.0, 0.15),
+    Conversation("four-mixed", 4, ("flite-rms", "flite-slt", "espeak-us-f", "flite-awb"), 18, 25.0, 0.2),
+    Conversation("two-espeak", 5, ("espeak-us-f", "espeak-gb-m"), 12, 15.0, 0.1),
+    Conversation("long-three", 6, ("flite-slt", "flite-awb", "espeak-us-f"), 90, 25.0, 0.15),
+]
+
+
+def synthesize(voice: str, text: str, folder: Path) -> np.ndarray:
+    """Speak ``text`` with ``voice``; 16 kHz float32 samples with leading/trailing silence trimmed."""
+    path = folder / "utterance.wav"
+    command = VOICES[voice]
+    if command[0] == "flite":
+        subprocess.run([*command, "-t", text, "-o", str(path)], check=True, capture_output=True)
+    else:
+        subprocess.run([*command, "-w", str(path), text], check=True, capture_output=True)
+    samples = decode(path.read_bytes(), 600).waveform
+    loud = np.flatnonzero(np.abs(samples) > 0.01)
+    return samples[loud[0] : loud[-1] + 1] if len(loud) else samples
+
+
+def build(conversation: Conversation, folder: Path) -> dict:
+    """Mix one conversation; return its reference (turns in seconds, exact speech extents)."""
+    rng = np.random.default_rng(conversation.seed)
+    pieces: list[tuple[int, np.ndarray, str, str]] = []
+    cursor = int(0.5 * SAMPLE_RATE)
+    previous = -1
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(conversation.turns):
+            speaker = int(rng.choice([s for s in range(len(conversation.voices)) if s != previous]))
+            text = " ".join(str(line) for line in rng.choice(LINES, size=int(rng.integers(1, 3)), replace=False))
+            samples = synthesize(conversation.voices[speaker], text, Path(tmp))
+            if pieces and rng.random() < conversation.overlap_probability:
+                start = cursor - int(rng.uniform(0.3, 0.8) * SAMPLE_RATE)  # barge in before the end
+            else:
+                start = cursor + int(rng.uniform(0.2, 1.2) * SAMPLE_RATE)
+            pieces.append((start, samples, f"SPK{speaker}", text))
+            cursor = start + len(samples)
+            previous = speaker
+    mix = np.zeros(cursor + SAMPLE_RATE // 2, dtype=np.float64)
+    for start, samples, _, _ in pieces:
+        mix[start : start + len(samples)] += samples
+    if conversation.noise_snr_db is not None:
+        speech_power = np.mean(np.concatenate([samples for _, samples, _, _ in pieces]) ** 2)
+        noise = rng.standard_normal(len(mix)) * np.sqrt(speech_power / 10 ** (conversation.noise_snr_db / 10))
+        mix += noise
+    mix = np.clip(mix / max(1.0, np.abs(mix).max() / 0.95), -1.0, 1.0)
+    write_wav(folder / f"{conversation.name}.wav", mix)
+    reference = {
+        "turns": [
+            {"speaker": speaker, "start": start / SAMPLE_RATE, "end": (start + len(samples)) / SAMPLE_RATE,
+             "text": text}
+            for start, samples, speaker, text in pieces
+        ],
+    }
+    (folder / f"{conversation.name}.json").write_text(json.dumps(reference, indent=1))
+    return reference
+
+
+def write_wav(path: Path, samples: np.ndarray) -> None:
+    with wave.open(str(path), "wb") as output:
+        output.setnchannels(1)
+        output.setsampwidth(2)
+        output.setframerate(SAMPLE_RATE)
+        output.writeframes((samples * 32767).astype("<i2").tobytes())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "corpus")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for conversation in CONVERSATIONS:
+        reference = build(conversation, args.out)
+        length = reference["turns"][-1]["end"]
+        speakers, turns = len(conversation.voices), len(reference["turns"])
+        print(f"{conversation.name}: {speakers} speakers, {turns} turns, {length:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
