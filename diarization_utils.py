@@ -126,14 +126,20 @@ def _speaker_for(start: float, end: float, turns: Sequence[Turn]) -> str | None:
     return nearest.speaker
 
 
-def assign_speakers(pieces: Sequence[Chunk], turns: Sequence[Turn], duration: float) -> list[str | None]:
-    """The speaker of each piece: the one whose turns overlap it most, else the one of the nearest turn.
+def attribute(
+    pieces: Sequence[Chunk], turns: Sequence[Turn], duration: float
+) -> tuple[list[str | None], list[SpeakerSegment]]:
+    """The speaker of each piece, and the pieces joined into speaker turns.
 
-    Word timings from Whisper's alignment tend to lag, so a speaker change can land a word or two before the end
-    of the previous speaker's sentence: such a change is moved to the end of that sentence.
+    A piece goes to the speaker whose turns overlap it most, else to the one of the nearest turn. Word timings
+    from Whisper's alignment tend to lag, so a speaker change that lands a few words before the end of the
+    previous speaker's sentence is moved to the end of that sentence. Consecutive pieces of one speaker form a
+    turn timed by its pieces, ending by the next turn's start. Every piece's text appears in exactly one turn,
+    in order; nothing is dropped.
     """
-    speakers = [_speaker_for(start, end, turns) for start, end in _intervals(pieces, duration)]
-    return _snap_changes_to_sentence_ends(pieces, speakers)
+    intervals = _intervals(pieces, duration)
+    speakers = _snap_changes_to_sentence_ends(pieces, [_speaker_for(start, end, turns) for start, end in intervals])
+    return speakers, _group(pieces, speakers, intervals)
 
 
 _SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
@@ -154,13 +160,11 @@ def _snap_changes_to_sentence_ends(pieces: Sequence[Chunk], speakers: list[str |
     return speakers
 
 
-def group_by_speaker(pieces: Sequence[Chunk], speakers: Sequence[str | None], duration: float) -> list[SpeakerSegment]:
-    """Join consecutive pieces of one speaker into turns timed by their pieces, each ending by the next's start.
-
-    Every piece's text appears in exactly one turn, in order; nothing is dropped.
-    """
+def _group(
+    pieces: Sequence[Chunk], speakers: Sequence[str | None], intervals: Sequence[tuple[float, float]]
+) -> list[SpeakerSegment]:
     segments: list[SpeakerSegment] = []
-    for piece, speaker, (start, end) in zip(pieces, speakers, _intervals(pieces, duration), strict=True):
+    for piece, speaker, (start, end) in zip(pieces, speakers, intervals, strict=True):
         if segments and segments[-1].speaker == speaker:
             last = segments[-1]
             segments[-1] = SpeakerSegment(speaker, f"{last.text} {piece.text.strip()}".strip(), last.start, end)

@@ -13,7 +13,7 @@ import torch
 from asr import WhisperTranscriber
 from audio import decode, request_bytes
 from config import InferenceConfig, ModelSettings
-from diarization_utils import assign_speakers, diarize, group_by_speaker, load_pipeline
+from diarization_utils import attribute, diarize, load_pipeline
 from errors import EndpointError, InferenceError, ModelLoadError, RequestError
 from offline_bundle import BUNDLE_DIR
 
@@ -57,8 +57,7 @@ class EndpointHandler:
             raise InferenceError("out of memory while processing the recording; try a shorter one") from None
         except Exception as error:
             raise InferenceError(f"inference failed ({type(error).__name__})") from error
-        word_speakers = assign_speakers(transcript.words, turns, audio.duration)
-        speakers = group_by_speaker(transcript.words, word_speakers, audio.duration)
+        word_speakers, speakers = attribute(transcript.words, turns, audio.duration)
         response = {
             "text": transcript.text,
             "chunks": [{"text": c.text, "timestamp": [c.start, c.end]} for c in transcript.chunks],

@@ -14,7 +14,7 @@ from pathlib import Path
 from errors import RequestError
 
 
-def pyannote_sample() -> Path:
+def pyannote_sample_path() -> Path:
     import pyannote.audio
 
     return Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
@@ -29,7 +29,7 @@ def main() -> int:
 
     handler = EndpointHandler()
     status = 0
-    for path in args.files or [pyannote_sample()]:
+    for path in args.files or [pyannote_sample_path()]:
         try:
             response = handler({"inputs": path.read_bytes(), "parameters": json.loads(args.parameters)})
         except (OSError, RequestError) as error:

@@ -141,8 +141,12 @@ def build(conversation: Conversation, folder: Path) -> dict:
     write_wav(folder / f"{conversation.name}.wav", mix)
     reference = {
         "turns": [
-            {"speaker": speaker, "start": start / SAMPLE_RATE, "end": (start + len(samples)) / SAMPLE_RATE,
-             "text": text}
+            {
+                "speaker": speaker,
+                "start": start / SAMPLE_RATE,
+                "end": (start + len(samples)) / SAMPLE_RATE,
+                "text": text,
+            }
             for start, samples, speaker, text in pieces
         ],
     }

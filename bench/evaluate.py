@@ -1,7 +1,7 @@
 """Score the endpoint on recordings with reference transcripts: WER, cpWER and DER of the ``speakers`` turns.
 
-    python bench/evaluate.py                          # the pyannote sample
-    python bench/evaluate.py --corpus bench/corpus    # and the synthesized conversations (bench/corpus.py)
+python bench/evaluate.py                          # the pyannote sample
+python bench/evaluate.py --corpus bench/corpus    # and the synthesized conversations (bench/corpus.py)
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from metrics import annotation, cp_word_errors, normalize, texts_by_speaker, word_errors
 from pyannote.core import Segment, Timeline
 from pyannote.metrics.diarization import DiarizationErrorRate
+
+from transcribe import pyannote_sample_path
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,8 @@ def read_stm(audio: Path, stm: Path) -> Reference:
 
 
 def pyannote_sample() -> Reference:
-    import pyannote.audio
-
-    folder = Path(pyannote.audio.__file__).parent / "sample"
-    return read_stm(folder / "sample.wav", folder / "sample.stm")
+    audio = pyannote_sample_path()
+    return read_stm(audio, audio.with_suffix(".stm"))
 
 
 def read_corpus(folder: Path) -> list[Reference]:

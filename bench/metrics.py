@@ -1,4 +1,4 @@
-"""Transcript and diarization scores: WER, speaker-attributed WER (cpWER) and DER."""
+"""Transcript scoring helpers: normalised word errors, speaker-attributed errors (cpWER), annotations for DER."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 import numpy as np
-from pyannote.core import Annotation, Segment, Timeline
-from pyannote.metrics.diarization import DiarizationErrorRate
+from pyannote.core import Annotation, Segment
 from rapidfuzz.distance import Levenshtein
 from scipy.optimize import linear_sum_assignment
 
@@ -24,10 +23,6 @@ def word_errors(reference: str, hypothesis: str) -> int:
     return Levenshtein.distance(normalize(reference), normalize(hypothesis))
 
 
-def wer(reference: str, hypothesis: str) -> float:
-    return word_errors(reference, hypothesis) / max(1, len(normalize(reference)))
-
-
 def cp_word_errors(reference: Mapping[str, str], hypothesis: Mapping[str, str]) -> int:
     """Errors of the best one-to-one matching of hypothesis speakers to reference speakers (each speaker's words)."""
     ref_texts, hyp_texts = list(reference.values()), list(hypothesis.values())
@@ -37,12 +32,6 @@ def cp_word_errors(reference: Mapping[str, str], hypothesis: Mapping[str, str]) 
     cost = np.array([[word_errors(r, h) for h in hyp_texts] for r in ref_texts])
     rows, cols = linear_sum_assignment(cost)
     return int(cost[rows, cols].sum())
-
-
-def cpwer(reference: Mapping[str, str], hypothesis: Mapping[str, str]) -> float:
-    """Concatenated minimum-permutation WER (speaker-attributed WER)."""
-    total_words = sum(len(normalize(text)) for text in reference.values())
-    return cp_word_errors(reference, hypothesis) / max(1, total_words)
 
 
 def texts_by_speaker(turns: Iterable[tuple[str | None, str]]) -> dict[str, str]:
@@ -59,9 +48,3 @@ def annotation(turns: Iterable[tuple[str | None, float, float]]) -> Annotation:
         if end > start:
             result[Segment(start, end), len(result)] = str(speaker)
     return result
-
-
-def der(reference: Annotation, hypothesis: Annotation, duration: float) -> float:
-    """Diarization error rate over [0, duration], collar 0, overlap scored."""
-    metric = DiarizationErrorRate(collar=0.0, skip_overlap=False)
-    return float(metric(reference, hypothesis, uem=Timeline([Segment(0.0, duration)])))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from diarization_utils import Chunk, Turn, assign_speakers, group_by_speaker
+from diarization_utils import Chunk, Turn
+from diarization_utils import attribute as attribute_pieces
 
 
 def attribute(pieces, turns, duration=60.0):
-    speakers = assign_speakers(pieces, turns, duration)
-    return speakers, group_by_speaker(pieces, speakers, duration)
+    return attribute_pieces(pieces, turns, duration)
 
 
 def words(*items):
