@@ -30,7 +30,7 @@ import numpy as np
 BUNDLE_DIR = Path(__file__).resolve().parent / ".bundle"
 WHISPER_DIR_NAME = "whisper-tiny.en"
 DIARIZATION_DIR_NAME = "speaker-diarization"
-RECIPE_VERSION = 4  # bump when the conversion changes, so stale bundles are rebuilt
+RECIPE_VERSION = 5  # bump when the conversion changes, so stale bundles are rebuilt
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ DIARIZATION_PIPELINE_CONFIG = {
     },
     "params": {
         "segmentation": {"min_duration_off": 0.0},
-        "clustering": {"method": "centroid", "min_cluster_size": 12, "threshold": 0.7},
+        "clustering": {"method": "centroid", "min_cluster_size": 12, "threshold": 0.6},
     },
 }
 
