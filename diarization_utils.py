@@ -139,7 +139,31 @@ def attribute(
     """
     intervals = _intervals(pieces, duration)
     speakers = _snap_changes_to_sentence_ends(pieces, [_speaker_for(start, end, turns) for start, end in intervals])
-    return speakers, _group(pieces, speakers, intervals)
+    return speakers, _align_to_turns(_group(pieces, speakers, intervals), turns)
+
+
+_MAX_BOUNDARY_SHIFT_S = 0.5
+
+
+def _align_to_turns(segments: list[SpeakerSegment], turns: Sequence[Turn]) -> list[SpeakerSegment]:
+    """Move each turn's start and end to the closest boundary of its speaker's diarization turns, when one is
+    within ``_MAX_BOUNDARY_SHIFT_S`` (the diarization places boundaries more precisely than word alignment)."""
+
+    def closest(time: float, boundaries: list[float]) -> float:
+        nearest = min(boundaries, key=lambda boundary: abs(boundary - time), default=time)
+        return nearest if abs(nearest - time) <= _MAX_BOUNDARY_SHIFT_S else time
+
+    aligned: list[SpeakerSegment] = []
+    for segment in segments:
+        own = [turn for turn in turns if turn.speaker == segment.speaker]
+        start = closest(segment.start, [turn.start for turn in own])
+        end = max(start, closest(segment.end, [turn.end for turn in own]))
+        if aligned and aligned[-1].end > start:
+            last = aligned[-1]
+            start = max(start, last.start)
+            aligned[-1] = SpeakerSegment(last.speaker, last.text, last.start, start)
+        aligned.append(SpeakerSegment(segment.speaker, segment.text, start, max(start, end)))
+    return aligned
 
 
 _SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
