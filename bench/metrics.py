@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 
 import numpy as np
 from pyannote.core import Annotation, Segment
 from rapidfuzz.distance import Levenshtein
 from scipy.optimize import linear_sum_assignment
+from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
-_NON_WORD = re.compile(r"[^a-z0-9' ]+")
+# Whisper's English normaliser (numbers, contractions, punctuation, case); no British/American spelling map.
+_NORMALIZER = EnglishTextNormalizer({})
 
 
 def normalize(text: str) -> list[str]:
-    """Lower-case words without punctuation, for scoring."""
-    return _NON_WORD.sub(" ", text.lower().replace("-", " ")).split()
+    """Words as Whisper's evaluations compare them: "Seven fifteen?" and "715." are both ["715"]."""
+    return _NORMALIZER(text).split()
 
 
 def word_errors(reference: str, hypothesis: str) -> int:
