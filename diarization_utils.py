@@ -76,22 +76,49 @@ def load_pipeline(model: str, token: str | None, device: torch.device) -> Pipeli
     return pipeline.to(device)
 
 
+@dataclass(frozen=True)
+class Overlap:
+    """A stretch where several speakers talk at once, in seconds."""
+
+    speakers: tuple[str, ...]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Diarization:
+    """Exclusive turns (one speaker at a time, for attributing words) and the overlapped regions, in time order."""
+
+    turns: list[Turn]
+    overlaps: list[Overlap]
+
+
+NO_DIARIZATION = Diarization([], [])
+
+
 def diarize(
     pipeline: Pipeline,
     waveform: np.ndarray,
     num_speakers: int | None = None,
     min_speakers: int | None = None,
     max_speakers: int | None = None,
-) -> list[Turn]:
-    """Run ``pipeline`` on a 16 kHz mono waveform; return exclusive (non-overlapping) turns in time order."""
+) -> Diarization:
+    """Run ``pipeline`` on a 16 kHz mono waveform."""
     audio = {"waveform": torch.from_numpy(waveform)[None], "sample_rate": SAMPLE_RATE, "uri": "request"}
     output = pipeline(audio, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)
-    annotation = getattr(output, "exclusive_speaker_diarization", output)
+    full = getattr(output, "speaker_diarization", output)
+    exclusive = getattr(output, "exclusive_speaker_diarization", output)
     turns = [
         Turn(str(speaker), float(segment.start), float(segment.end))
-        for segment, _, speaker in annotation.itertracks(yield_label=True)
+        for segment, _, speaker in exclusive.itertracks(yield_label=True)
     ]
-    return sorted(turns, key=lambda turn: (turn.start, turn.end))
+    overlaps = [
+        Overlap(
+            tuple(str(label) for label in sorted(full.crop(region).labels())), float(region.start), float(region.end)
+        )
+        for region in full.get_overlap()
+    ]
+    return Diarization(sorted(turns, key=lambda turn: (turn.start, turn.end)), overlaps)
 
 
 def _intervals(chunks: Sequence[Chunk], duration: float) -> list[tuple[float, float]]:

@@ -13,7 +13,7 @@ import torch
 from asr import WhisperTranscriber
 from audio import decode, request_bytes
 from config import InferenceConfig, ModelSettings
-from diarization_utils import attribute, diarize, load_pipeline
+from diarization_utils import NO_DIARIZATION, attribute, diarize, load_pipeline
 from errors import EndpointError, InferenceError, ModelLoadError, RequestError
 from offline_bundle import BUNDLE_DIR
 
@@ -46,10 +46,10 @@ class EndpointHandler:
         audio = decode(data_bytes, self.settings.max_audio_duration_s)
         try:
             transcript = self.transcriber.transcribe(audio.waveform, config)
-            turns = (
+            diarization = (
                 diarize(self.diarization, audio.waveform, config.num_speakers, config.min_speakers, config.max_speakers)
                 if self.diarization is not None
-                else []
+                else NO_DIARIZATION
             )
         except EndpointError:
             raise
@@ -57,13 +57,17 @@ class EndpointHandler:
             raise InferenceError("out of memory while processing the recording; try a shorter one") from None
         except Exception as error:
             raise InferenceError(f"inference failed ({type(error).__name__})") from error
-        word_speakers, speakers = attribute(transcript.words, turns, audio.duration)
+        word_speakers, speakers = attribute(transcript.words, diarization.turns, audio.duration)
         response = {
             "text": transcript.text,
             "chunks": [{"text": c.text, "timestamp": [c.start, c.end]} for c in transcript.chunks],
             "speakers": [
                 {"speaker": s.speaker, "text": s.text, "timestamp": [round(s.start, 3), round(s.end, 3)]}
                 for s in speakers
+            ],
+            "overlaps": [
+                {"speakers": list(o.speakers), "timestamp": [round(o.start, 3), round(o.end, 3)]}
+                for o in diarization.overlaps
             ],
             "language": transcript.language,
             "duration": round(audio.duration, 3),

@@ -21,7 +21,7 @@ def speaker_of(response: dict, phrase: str) -> str:
 
 
 def test_response_schema(sample_response):
-    assert set(sample_response) >= {"text", "chunks", "speakers", "language", "duration", "parameters", "words"}
+    assert set(sample_response) >= {"text", "chunks", "speakers", "overlaps", "language", "duration", "parameters", "words"}
     assert sample_response["language"] == "en"
     assert sample_response["duration"] == 30.0
     for chunk in sample_response["chunks"]:
@@ -30,6 +30,14 @@ def test_response_schema(sample_response):
         assert 0.0 <= start <= end <= 30.0
     for turn in sample_response["speakers"]:
         assert set(turn) == {"speaker", "text", "timestamp"}
+
+
+def test_overlapping_speech_is_reported(sample_response):
+    # the reference has both speakers at once around 18.15-18.59 s and 27.85-28.50 s
+    overlaps = sample_response["overlaps"]
+    for start, end in [(18.15, 18.59), (27.85, 28.50)]:
+        assert any(o["timestamp"][0] < end and start < o["timestamp"][1] for o in overlaps)
+    assert all(o["speakers"] == ["SPEAKER_00", "SPEAKER_01"] for o in overlaps)
 
 
 def test_two_speakers_on_the_sample(sample_response):
@@ -92,6 +100,7 @@ def test_silence_produces_no_text_and_no_speakers(handler):
     response = handler({"inputs": silence})
     assert response["text"] == ""
     assert response["speakers"] == []
+    assert response["overlaps"] == []
     assert response["duration"] == 5.0
 
 
