@@ -21,7 +21,16 @@ def speaker_of(response: dict, phrase: str) -> str:
 
 
 def test_response_schema(sample_response):
-    assert set(sample_response) >= {"text", "chunks", "speakers", "overlaps", "language", "duration", "parameters", "words"}
+    assert set(sample_response) >= {
+        "text",
+        "chunks",
+        "speakers",
+        "overlaps",
+        "language",
+        "duration",
+        "parameters",
+        "words",
+    }
     assert sample_response["language"] == "en"
     assert sample_response["duration"] == 30.0
     for chunk in sample_response["chunks"]:
