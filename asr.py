@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +24,9 @@ _QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the la
 _ENERGY_FRAME_S = 0.02
 _ENERGY_SMOOTHING_S = 0.2
 _MAX_MEDIAN_WORD_S = 0.7  # a word lasts at most twice its segment's median word duration (median capped at this)
+
+Progress = Callable[[str, int, int], None]
+"""Progress hook: ``(stage, completed, total)``, called as work is done."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,8 @@ class WhisperTranscriber:
             "return_dict_in_generate": True,
             "output_logits": True,
         }
+        if config.temperature > 0:
+            options.update(do_sample=True, temperature=config.temperature)
         if config.assisted:
             options["assistant_model"] = self.assistant
         if not self.multilingual:
@@ -159,7 +164,7 @@ class WhisperTranscriber:
         return options, language
 
     @torch.inference_mode()
-    def transcribe(self, waveform: np.ndarray, config: InferenceConfig) -> Transcript:
+    def transcribe(self, waveform: np.ndarray, config: InferenceConfig, progress: Progress | None = None) -> Transcript:
         """Transcribe a 16 kHz mono waveform window by window, batching windows when not assisted.
 
         A window is dropped as non-speech when Whisper's no-speech probability is above ``no_speech_threshold``
@@ -170,6 +175,7 @@ class WhisperTranscriber:
         words: list[Chunk] = []
         options: dict | None = None
         language = "en"
+        done = 0
         for batch in _batched(windows, config.effective_batch_size):
             inputs = self.processor.feature_extractor(
                 [window.samples for window in batch],
@@ -189,6 +195,9 @@ class WhisperTranscriber:
                     if chunk.text:
                         chunks.append(chunk)
                         words.extend(segment_words)
+            done += len(batch)
+            if progress is not None:
+                progress("transcription", done, len(windows))
         return Transcript(chunks, words, language)
 
     def _is_non_speech(self, features: torch.Tensor, result: dict, config: InferenceConfig) -> bool:

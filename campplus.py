@@ -8,6 +8,7 @@ Whole batches of windows are processed at once.
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from pyannote.audio import Model
 from pyannote.audio.core.task import Problem, Resolution, Specifications
 from pyannote.audio.models.blocks.pooling import StatsPool
 from speakerlab.models.campplus.DTDNN import CAMPPlus
+
+# pyannote probes the shortest input an embedding model accepts with inputs of a frame or two, whose unweighted
+# standard deviation is undefined; the probe expects that and so do we.
+warnings.filterwarnings("ignore", message=r"std\(\): degrees of freedom", category=UserWarning)
 
 
 class CAMPPlusEmbedding(Model):

@@ -81,6 +81,9 @@ class InferenceConfig(BaseModel):
     batch_size: int | None = Field(default=None, ge=1, le=64)
     """Audio windows decoded together; unset = 8, or 1 with ``assisted`` (which allows no other value)."""
 
+    temperature: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Sampling temperature; 0 = greedy decoding (deterministic)."""
+
     assisted: bool = False
     """Speculative decoding with the assistant model (``ASSISTANT_MODEL``): same text, fewer decoder passes."""
 
@@ -146,3 +149,21 @@ def _describe(error: dict) -> str:
         return f"unknown parameter {location!r}"
     message = error["msg"].removeprefix("Value error, ")
     return f"{location}: {message}" if location else message
+
+
+class ServerSettings(BaseSettings):
+    """The local server (``python -m cli serve``), read from environment variables (e.g. ``PORT``)."""
+
+    model_config = SettingsConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    host: str = "127.0.0.1"
+    """Address to listen on; ``0.0.0.0`` exposes the server to the network."""
+
+    port: int = Field(default=8000, ge=0, le=65535)
+    """TCP port to listen on (0 = any free port)."""
+
+    workers: int = Field(default=1, ge=1)
+    """Requests processed at the same time (each holds a copy of its audio and activations, not of the models)."""
+
+    queue_length: int = Field(default=8, ge=0)
+    """Requests allowed to wait for a worker; beyond that the server answers 503 with ``Retry-After``."""

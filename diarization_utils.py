@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,10 +102,16 @@ def diarize(
     num_speakers: int | None = None,
     min_speakers: int | None = None,
     max_speakers: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Diarization:
-    """Run ``pipeline`` on a 16 kHz mono waveform."""
+    """Run ``pipeline`` on a 16 kHz mono waveform; ``progress(step, completed, total)`` follows its batches."""
+
+    def hook(step: str, artifact: object, file: object = None, total: int | None = None, completed: int | None = None):
+        if progress is not None and total:
+            progress(step, min(completed or 0, total), total)
+
     audio = {"waveform": torch.from_numpy(waveform)[None], "sample_rate": SAMPLE_RATE, "uri": "request"}
-    output = pipeline(audio, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers)
+    output = pipeline(audio, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers, hook=hook)
     full = getattr(output, "speaker_diarization", output)
     exclusive = getattr(output, "exclusive_speaker_diarization", output)
     turns = [

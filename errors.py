@@ -43,3 +43,10 @@ class ModelLoadError(EndpointError):
 
 class InferenceError(EndpointError):
     """A model failed while processing a valid request (server side, e.g. out of memory)."""
+
+
+class ServiceUnavailableError(EndpointError):
+    """The server cannot take the request now (models still loading, or every worker and queue slot busy)."""
+
+    status_code = 503
+    retry_after_s = 5

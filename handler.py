@@ -9,13 +9,18 @@ os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "0")  # no telemetry unless th
 from pathlib import Path
 
 import torch
+import transformers
 
-from asr import WhisperTranscriber
+from asr import Progress, WhisperTranscriber
 from audio import decode, request_bytes
 from config import InferenceConfig, ModelSettings
 from diarization_utils import NO_DIARIZATION, attribute, diarize, load_pipeline
 from errors import EndpointError, InferenceError, ModelLoadError, RequestError
 from offline_bundle import BUNDLE_DIR
+
+
+transformers.logging.set_verbosity_error()  # generate()'s notices about options it sets itself
+transformers.logging.disable_progress_bar()
 
 
 class EndpointHandler:
@@ -37,17 +42,27 @@ class EndpointHandler:
             load_pipeline(self.settings.diarization_model, token, device) if self.settings.diarization_model else None
         )
 
-    def __call__(self, data: dict) -> dict:
-        """``{"inputs": base64 text | bytes, "parameters": {...}}`` -> text, chunks and speaker turns."""
+    def __call__(self, data: dict, progress: Progress | None = None) -> dict:
+        """``{"inputs": base64 text | bytes, "parameters": {...}}`` -> text, chunks and speaker turns.
+
+        ``progress(stage, completed, total)`` is called as transcription and diarization advance.
+        """
         if not isinstance(data, dict) or "inputs" not in data:
             raise RequestError('the request must be an object with "inputs" (base64 audio) and optional "parameters"')
         config = InferenceConfig.from_parameters(data.get("parameters"))
         data_bytes = request_bytes(data["inputs"], self.settings.max_request_bytes)
         audio = decode(data_bytes, self.settings.max_audio_duration_s)
         try:
-            transcript = self.transcriber.transcribe(audio.waveform, config)
+            transcript = self.transcriber.transcribe(audio.waveform, config, progress)
             diarization = (
-                diarize(self.diarization, audio.waveform, config.num_speakers, config.min_speakers, config.max_speakers)
+                diarize(
+                    self.diarization,
+                    audio.waveform,
+                    config.num_speakers,
+                    config.min_speakers,
+                    config.max_speakers,
+                    progress,
+                )
                 if self.diarization is not None
                 else NO_DIARIZATION
             )

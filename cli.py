@@ -1,0 +1,129 @@
+"""Command line: transcribe and diarize files, or run the local server.
+
+python -m cli transcribe                                  # the pyannote sample call, as JSON
+python -m cli transcribe call.mp3 meeting.wav --format srt --out subtitles/ --num-speakers 2
+python -m cli serve                                       # http://127.0.0.1:8000 (HOST / PORT)
+
+``transcribe`` takes the endpoint's request parameters as options (``--return-timestamps word``...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from config import InferenceConfig, ServerSettings
+from errors import EndpointError
+from formats import WRITERS
+
+
+def pyannote_sample_path() -> Path:
+    import pyannote.audio
+
+    return Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
+
+
+def _add_parameter_options(parser: argparse.ArgumentParser) -> None:
+    """One option per request parameter, documented by its ``InferenceConfig`` docstring."""
+    group = parser.add_argument_group("request parameters (as in the endpoint's 'parameters')")
+    for name, field in InferenceConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        if field.annotation is bool:
+            group.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=field.description
+            )
+        else:
+            group.add_argument(flag, default=argparse.SUPPRESS, metavar=name.upper(), help=field.description)
+
+
+class _ProgressBar:
+    """A progress hook drawing one bar per stage on stderr (only when stderr is a terminal)."""
+
+    def __init__(self, name: str):
+        self.name, self.stage, self.bar = name, None, None
+
+    def __call__(self, stage: str, completed: int, total: int) -> None:
+        if stage != self.stage:
+            self.close()
+            self.stage = stage
+            self.bar = tqdm(total=total, desc=f"{self.name}: {stage}", unit="step", leave=False, disable=None)
+        self.bar.total = total
+        self.bar.update(completed - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def transcribe(args: argparse.Namespace) -> int:
+    parameters = {name: getattr(args, name) for name in InferenceConfig.model_fields if hasattr(args, name)}
+    if args.format in ("srt", "vtt"):
+        parameters.setdefault("return_timestamps", "word")  # cue timing follows the words
+    try:
+        InferenceConfig.from_parameters(parameters)
+    except EndpointError as error:
+        print(error, file=sys.stderr)
+        return 2
+    from handler import EndpointHandler
+
+    handler = EndpointHandler()
+    writer = WRITERS[args.format]
+    status = 0
+    for path in args.files or [pyannote_sample_path()]:
+        progress = _ProgressBar(path.name)
+        try:
+            response = handler({"inputs": path.read_bytes(), "parameters": parameters}, progress=progress)
+        except (OSError, EndpointError) as error:
+            print(f"{path}: {error}", file=sys.stderr)
+            status = 1
+            continue
+        finally:
+            progress.close()
+        output = writer(response, path.stem) if args.format == "rttm" else writer(response)
+        if args.out is None:
+            sys.stdout.write(output)
+        else:
+            args.out.mkdir(parents=True, exist_ok=True)
+            target = args.out / f"{path.stem}.{args.format}"
+            target.write_text(output, encoding="utf-8")
+            print(f"{path} -> {target}", file=sys.stderr)
+    return status
+
+
+def serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from server import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = ServerSettings()
+    host = args.host or settings.host
+    port = settings.port if args.port is None else args.port
+    uvicorn.run(create_app(server_settings=settings), host=host, port=port, access_log=False)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cli", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("transcribe", help="transcribe and diarize audio files")
+    run.add_argument("files", nargs="*", type=Path, help="audio files (default: the pyannote sample)")
+    run.add_argument("--format", choices=sorted(WRITERS), default="json", help="output format (default: json)")
+    run.add_argument("--out", type=Path, help="write FILE_STEM.FORMAT files into this folder instead of stdout")
+    _add_parameter_options(run)
+    run.set_defaults(command_function=transcribe)
+    server = commands.add_parser("serve", help="run the local server")
+    server.add_argument("--host", help="address to listen on (default: HOST or 127.0.0.1)")
+    server.add_argument("--port", type=int, help="port to listen on (default: PORT or 8000)")
+    server.set_defaults(command_function=serve)
+    args = parser.parse_args(argv)
+    return args.command_function(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Writers of a transcript (the handler's response): SRT and WebVTT subtitles, RTTM, plain text and JSON.
+
+Subtitles follow the usual broadcast limits: at most ``max_lines`` lines of ``max_line_length`` characters, a cue
+never spans two speakers, a long pause or more than ``max_cue_duration_s``; cues prefer to end at sentence ends.
+Each cue names its speaker (``SPEAKER_00: ...`` in SRT, a ``<v SPEAKER_00>`` voice span in WebVTT).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+_SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
+
+
+@dataclass(frozen=True)
+class SubtitleOptions:
+    """Limits of one subtitle cue."""
+
+    max_line_length: int = 42
+    max_lines: Literal[1, 2] = 2
+    max_cue_duration_s: float = 7.0
+    max_pause_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Cue:
+    """One subtitle: its wrapped lines (speaker label not included), shown from ``start`` to ``end`` seconds."""
+
+    speaker: str | None
+    start: float
+    end: float
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Word:
+    text: str
+    start: float
+    end: float
+
+
+def _turn_words(response: dict) -> list[tuple[dict, list[_Word]]]:
+    """Each speaker turn with its words, timed inside the turn.
+
+    Words come from ``words`` when the response has them (consecutive words of one speaker form one turn);
+    otherwise the turn's text is split into words timed in proportion to their length.
+    """
+    turns = response["speakers"]
+    groups: list[list[dict]] = []
+    for word in response.get("words") or []:
+        if groups and groups[-1][0]["speaker"] == word["speaker"]:
+            groups[-1].append(word)
+        else:
+            groups.append([word])
+    result = []
+    for i, turn in enumerate(turns):
+        start, end = turn["timestamp"]
+        if len(groups) == len(turns):
+            words = [
+                _Word(w["word"], min(max(w["start"], start), end), min(max(w["end"], start), end)) for w in groups[i]
+            ]
+        else:
+            texts = turn["text"].split()
+            total = sum(len(text) + 1 for text in texts) or 1
+            words, position = [], 0
+            for text in texts:
+                begin = start + (end - start) * position / total
+                position += len(text) + 1
+                words.append(_Word(text, begin, start + (end - start) * position / total))
+        if words:
+            words[0] = _Word(words[0].text, start, max(start, words[0].end))
+            words[-1] = _Word(words[-1].text, min(words[-1].start, end), end)
+        result.append((turn, words))
+    return result
+
+
+def _wrap(words: list[str], widths: list[int]) -> tuple[str, ...]:
+    """Lines for ``words``: one if it fits, else the most balanced split that fits, else a greedy fill."""
+    text = " ".join(words)
+    if len(text) <= widths[0] or len(widths) == 1:
+        return (text,)
+    splits = [(" ".join(words[:i]), " ".join(words[i:])) for i in range(1, len(words))]
+    fitting = [lines for lines in splits if len(lines[0]) <= widths[0] and len(lines[1]) <= widths[1]]
+    if fitting:
+        return min(fitting, key=lambda lines: abs(len(lines[0]) - len(lines[1])))
+    return splits[0] if splits else (text,)
+
+
+def _cue_words(words: list[_Word], budget: int, first_width: int, options: SubtitleOptions) -> list[list[_Word]]:
+    """Consecutive words of one turn grouped into cues within the character, pause and duration limits."""
+    groups: list[list[_Word]] = [[]]
+    for word in words:
+        current = groups[-1]
+        if current and (
+            len(" ".join(w.text for w in [*current, word])) > budget
+            or word.start - current[-1].end > options.max_pause_s
+            or word.end - current[0].start > options.max_cue_duration_s
+        ):
+            groups.append(current := [])
+        current.append(word)
+        if word.text.endswith(_SENTENCE_END) and len(" ".join(w.text for w in current)) >= first_width:
+            groups.append([])
+    return [group for group in groups if group]
+
+
+def cues(response: dict, options: SubtitleOptions = SubtitleOptions()) -> list[Cue]:
+    """The response's speaker turns cut into subtitle cues, in time order."""
+    result: list[Cue] = []
+    for turn, words in _turn_words(response):
+        speaker = turn["speaker"]
+        label = len(speaker) + 2 if speaker else 0
+        widths = [max(1, options.max_line_length - label), options.max_line_length][: options.max_lines]
+        for group in _cue_words(words, sum(widths), widths[0], options):
+            lines = _wrap([w.text for w in group], widths)
+            result.append(Cue(speaker, group[0].start, max(group[-1].end, group[0].start + 0.001), lines))
+    return sorted(result, key=lambda cue: cue.start)
+
+
+def _clock(seconds: float, separator: str) -> str:
+    milliseconds = round(max(seconds, 0.0) * 1000)
+    hours, rest = divmod(milliseconds, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    return f"{hours:02d}:{minutes:02d}:{rest // 1000:02d}{separator}{rest % 1000:03d}"
+
+
+def write_srt(response: dict, options: SubtitleOptions = SubtitleOptions()) -> str:
+    blocks = []
+    for number, cue in enumerate(cues(response, options), start=1):
+        lines = list(cue.lines)
+        if cue.speaker:
+            lines[0] = f"{cue.speaker}: {lines[0]}"
+        timing = f"{_clock(cue.start, ',')} --> {_clock(cue.end, ',')}"
+        blocks.append("\n".join([str(number), timing, *lines]))
+    return "\n\n".join(blocks) + "\n" if blocks else ""
+
+
+def _vtt_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def write_vtt(response: dict, options: SubtitleOptions = SubtitleOptions()) -> str:
+    blocks = ["WEBVTT"]
+    for cue in cues(response, options):
+        lines = [_vtt_escape(line) for line in cue.lines]
+        if cue.speaker:
+            lines[0] = f"<v {_vtt_escape(cue.speaker)}>{lines[0]}"
+        blocks.append("\n".join([f"{_clock(cue.start, '.')} --> {_clock(cue.end, '.')}", *lines]))
+    return "\n\n".join(blocks) + "\n"
+
+
+def write_rttm(response: dict, uri: str = "audio") -> str:
+    """Speaker turns in NIST RTTM (``SPEAKER uri 1 onset duration <NA> <NA> speaker <NA> <NA>``)."""
+    uri = "_".join(uri.split()) or "audio"
+    lines = []
+    for turn in response["speakers"]:
+        start, end = turn["timestamp"]
+        if turn["speaker"] and end > start:
+            lines.append(f"SPEAKER {uri} 1 {start:.3f} {end - start:.3f} <NA> <NA> {turn['speaker']} <NA> <NA>")
+    return "".join(line + "\n" for line in lines)
+
+
+def write_text(response: dict) -> str:
+    """One line per speaker turn, ``SPEAKER_00: text`` (just the text when no speaker was found)."""
+    lines = [f"{t['speaker']}: {t['text']}" if t["speaker"] else t["text"] for t in response["speakers"] if t["text"]]
+    return "".join(line + "\n" for line in lines)
+
+
+def write_json(response: dict) -> str:
+    return json.dumps(response, indent=2, ensure_ascii=False) + "\n"
+
+
+WRITERS: dict[str, Callable[[dict], str]] = {
+    "json": write_json,
+    "txt": write_text,
+    "srt": write_srt,
+    "vtt": write_vtt,
+    "rttm": write_rttm,
+}
+"""Output format name (also the file extension) -> writer."""
