@@ -77,31 +77,31 @@ def _turn_words(response: dict) -> list[tuple[dict, list[_Word]]]:
     return result
 
 
-def _wrap(words: list[str], widths: list[int]) -> tuple[str, ...]:
-    """Lines for ``words``: one if it fits, else the most balanced split that fits, else a greedy fill."""
+def _wrap(words: list[str], widths: list[int]) -> tuple[str, ...] | None:
+    """``words`` on one line if it fits, else the most balanced split that fits; ``None`` when nothing fits."""
     text = " ".join(words)
-    if len(text) <= widths[0] or len(widths) == 1:
+    if len(text) <= widths[0]:
         return (text,)
+    if len(widths) == 1:
+        return None
     splits = [(" ".join(words[:i]), " ".join(words[i:])) for i in range(1, len(words))]
     fitting = [lines for lines in splits if len(lines[0]) <= widths[0] and len(lines[1]) <= widths[1]]
-    if fitting:
-        return min(fitting, key=lambda lines: abs(len(lines[0]) - len(lines[1])))
-    return splits[0] if splits else (text,)
+    return min(fitting, key=lambda lines: abs(len(lines[0]) - len(lines[1]))) if fitting else None
 
 
-def _cue_words(words: list[_Word], budget: int, first_width: int, options: SubtitleOptions) -> list[list[_Word]]:
-    """Consecutive words of one turn grouped into cues within the character, pause and duration limits."""
+def _cue_words(words: list[_Word], widths: list[int], options: SubtitleOptions) -> list[list[_Word]]:
+    """Consecutive words of one turn grouped into cues within the line, pause and duration limits."""
     groups: list[list[_Word]] = [[]]
     for word in words:
         current = groups[-1]
         if current and (
-            len(" ".join(w.text for w in [*current, word])) > budget
+            _wrap([w.text for w in [*current, word]], widths) is None
             or word.start - current[-1].end > options.max_pause_s
             or word.end - current[0].start > options.max_cue_duration_s
         ):
             groups.append(current := [])
         current.append(word)
-        if word.text.endswith(_SENTENCE_END) and len(" ".join(w.text for w in current)) >= first_width:
+        if word.text.endswith(_SENTENCE_END) and len(" ".join(w.text for w in current)) >= widths[0]:
             groups.append([])
     return [group for group in groups if group]
 
@@ -113,8 +113,9 @@ def cues(response: dict, options: SubtitleOptions = SubtitleOptions()) -> list[C
         speaker = turn["speaker"]
         label = len(speaker) + 2 if speaker else 0
         widths = [max(1, options.max_line_length - label), options.max_line_length][: options.max_lines]
-        for group in _cue_words(words, sum(widths), widths[0], options):
-            lines = _wrap([w.text for w in group], widths)
+        for group in _cue_words(words, widths, options):
+            texts = [w.text for w in group]
+            lines = _wrap(texts, widths) or (" ".join(texts),)  # a single word longer than a line
             result.append(Cue(speaker, group[0].start, max(group[-1].end, group[0].start + 0.001), lines))
     return sorted(result, key=lambda cue: cue.start)
 

@@ -18,7 +18,6 @@ from diarization_utils import NO_DIARIZATION, attribute, diarize, load_pipeline
 from errors import EndpointError, InferenceError, ModelLoadError, RequestError
 from offline_bundle import BUNDLE_DIR
 
-
 transformers.logging.set_verbosity_error()  # generate()'s notices about options it sets itself
 transformers.logging.disable_progress_bar()
 

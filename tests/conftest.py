@@ -45,6 +45,12 @@ def sample_waveform(sample) -> np.ndarray:
 
 
 @pytest.fixture(scope="session")
+def clip_wav(sample_waveform) -> bytes:
+    """The first 15 s of the pyannote sample as WAV: both speakers, half the decoding time."""
+    return encode(sample_waveform[: 15 * SAMPLE_RATE], SAMPLE_RATE, "wav", "pcm_s16le")
+
+
+@pytest.fixture(scope="session")
 def handler():
     from handler import EndpointHandler
 

@@ -1,0 +1,123 @@
+"""A real server process started as users start it (``python -m cli serve``), driven over HTTP on 127.0.0.1:
+curl, the official OpenAI SDK, and the demo page in headless Chromium."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from conftest import ROOT
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The server's base URL, and the /health statuses seen while it started."""
+    port = free_port()
+    env = {**os.environ, "PORT": str(port)}
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=ROOT, env=env, stderr=output)
+    url = f"http://127.0.0.1:{port}"
+    statuses = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and 200 not in statuses:
+            assert process.poll() is None, log.read_text()
+            with contextlib.suppress(httpx.TransportError):  # not listening yet
+                statuses.append(httpx.get(f"{url}/health", timeout=5).status_code)
+            time.sleep(0.05)
+        yield url, statuses
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def clip_file(tmp_path_factory, clip_wav):
+    path = tmp_path_factory.mktemp("audio") / "clip.wav"
+    path.write_bytes(clip_wav)
+    return path
+
+
+def test_health_flips_from_503_to_200(server):
+    _, statuses = server
+    assert statuses[-1] == 200
+    assert 503 in statuses, statuses
+    assert set(statuses) == {503, 200}
+
+
+def test_raw_wav_bytes_return_speakers(server, clip_file):
+    url, _ = server
+    response = httpx.post(url, content=clip_file.read_bytes(), headers={"Content-Type": "audio/wav"}, timeout=120)
+    assert response.status_code == 200
+    assert len({turn["speaker"] for turn in response.json()["speakers"]}) == 2
+
+
+def test_curl_multipart_gives_srt_with_speakers(server, clip_file):
+    url, _ = server
+    srt = subprocess.run(
+        ["curl", "-sS", "--fail-with-body", "-F", f"file=@{clip_file}", "-F", "response_format=srt",
+         f"{url}/v1/audio/transcriptions"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    blocks = srt.strip().split("\n\n")
+    assert [block.split("\n")[0] for block in blocks] == [str(i) for i in range(1, len(blocks) + 1)]
+    assert all(" --> " in block.split("\n")[1] for block in blocks)
+    assert len({block.split("\n")[2].split(":")[0] for block in blocks}) == 2
+
+
+def test_the_openai_sdk_gets_text(server, clip_file):
+    from openai import OpenAI
+
+    url, _ = server
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120, max_retries=0)
+    with clip_file.open("rb") as audio:
+        text = client.audio.transcriptions.create(model="whisper-1", file=audio, response_format="text")
+    assert "Diane in New Jersey" in text
+    with clip_file.open("rb") as audio:
+        verbose = client.audio.transcriptions.create(
+            model="whisper-1", file=audio, response_format="verbose_json", timestamp_granularities=["word"]
+        )
+    assert verbose.language == "english" and verbose.words and verbose.words[0].start < verbose.words[-1].end
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_demo_page_shows_the_transcript_by_speaker(server, clip_file):
+    from playwright.sync_api import sync_playwright
+
+    url, _ = server
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*flags, "--disable-sync"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{url}/ui")
+            page.set_input_files("#file", str(clip_file))
+            page.click("#transcribe")
+            page.wait_for_selector(".turn", timeout=120_000)
+            speakers = page.eval_on_selector_all(".turn", "nodes => nodes.map(n => n.dataset.speaker)")
+            lanes = page.eval_on_selector_all(".lane .bar", "nodes => nodes.length")
+            colours = page.eval_on_selector_all(".turn", "nodes => nodes.map(n => n.style.borderLeftColor)")
+            transcript = page.inner_text("#transcript")
+            status = page.inner_text("#status")
+        finally:
+            browser.close()
+    assert len(set(speakers)) == 2 and len(set(colours)) == 2
+    assert lanes >= len(speakers)
+    assert "Diane in New Jersey" in transcript
+    assert "2 speakers" in status
