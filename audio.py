@@ -6,6 +6,7 @@ import base64
 import binascii
 import io
 import re
+import time
 from dataclasses import dataclass
 
 import av
@@ -63,12 +64,14 @@ def _resampled(container, stream):
     yield from resampler.resample(None)
 
 
-def decode(data: bytes, max_duration_s: float) -> Audio:
+def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None) -> Audio:
     """Decode any format FFmpeg reads, downmix to mono and resample to 16 kHz.
 
-    The duration limit is enforced while decoding, so a small file that expands to hours is refused early.
+    The duration and time limits are enforced while decoding, so a small file that expands to hours, or one that
+    is slow to decode, is refused early.
     """
     max_samples = int(max_duration_s * SAMPLE_RATE)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pieces: list[np.ndarray] = []
     total = 0
     try:
@@ -82,6 +85,8 @@ def decode(data: bytes, max_duration_s: float) -> Audio:
                 total += len(samples)
                 if total > max_samples:
                     raise AudioTooLongError(f"inputs: the audio is longer than the {max_duration_s:g} s limit")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise AudioTooLongError(f"inputs: decoding took longer than the {timeout_s:g} s limit")
                 pieces.append(samples)
     except av.FFmpegError as error:
         raise InvalidAudioError(f"inputs: not a readable audio file ({error.strerror or error})") from None

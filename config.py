@@ -45,6 +45,12 @@ class ModelSettings(BaseSettings):
     max_audio_duration_s: float = Field(default=4 * 3600, gt=0)
     """Longest accepted recording, in seconds (checked while decoding)."""
 
+    decode_timeout_s: float = Field(default=120.0, gt=0)
+    """Longest time decoding one file may take, in seconds (checked between decoded frames)."""
+
+    inference_timeout_s: float | None = Field(default=3600.0, gt=0)
+    """Longest time one request may spend in the models, in seconds (checked between batches); unset = no limit."""
+
     @field_validator("assistant_model", "diarization_model", mode="before")
     @classmethod
     def _empty_means_none(cls, value: object) -> object:

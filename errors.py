@@ -37,12 +37,24 @@ class AudioTooLongError(RequestError):
     status_code = 413
 
 
+class RequestCancelledError(RequestError):
+    """The client went away before its request was done; the work stopped at the next checkpoint."""
+
+    status_code = 499
+
+
 class ModelLoadError(EndpointError):
     """A configured model could not be loaded or does not fit the rest of the configuration."""
 
 
 class InferenceError(EndpointError):
     """A model failed while processing a valid request (server side, e.g. out of memory)."""
+
+
+class InferenceTimeoutError(InferenceError):
+    """Processing a request took longer than ``INFERENCE_TIMEOUT_S``; the work stopped at the next checkpoint."""
+
+    status_code = 504
 
 
 class ServiceUnavailableError(EndpointError):

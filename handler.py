@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "0")  # no telemetry unless the operator turns it on
 
@@ -15,7 +16,7 @@ from asr import Progress, WhisperTranscriber
 from audio import decode, request_bytes
 from config import InferenceConfig, ModelSettings
 from diarization_utils import NO_DIARIZATION, attribute, diarize, load_pipeline
-from errors import EndpointError, InferenceError, ModelLoadError, RequestError
+from errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError, RequestError
 from offline_bundle import BUNDLE_DIR
 
 transformers.logging.set_verbosity_error()  # generate()'s notices about options it sets itself
@@ -44,15 +45,18 @@ class EndpointHandler:
     def __call__(self, data: dict, progress: Progress | None = None) -> dict:
         """``{"inputs": base64 text | bytes, "parameters": {...}}`` -> text, chunks and speaker turns.
 
-        ``progress(stage, completed, total)`` is called as transcription and diarization advance.
+        ``progress(stage, completed, total)`` is called before decoding and as transcription and diarization
+        advance (every batch); an exception it raises stops the request there (e.g. when the client has gone).
         """
         if not isinstance(data, dict) or "inputs" not in data:
             raise RequestError('the request must be an object with "inputs" (base64 audio) and optional "parameters"')
         config = InferenceConfig.from_parameters(data.get("parameters"))
+        checkpoint = self._checkpoint(progress)
+        checkpoint("decoding", 0, 1)
         data_bytes = request_bytes(data["inputs"], self.settings.max_request_bytes)
-        audio = decode(data_bytes, self.settings.max_audio_duration_s)
+        audio = decode(data_bytes, self.settings.max_audio_duration_s, self.settings.decode_timeout_s)
         try:
-            transcript = self.transcriber.transcribe(audio.waveform, config, progress)
+            transcript = self.transcriber.transcribe(audio.waveform, config, checkpoint)
             diarization = (
                 diarize(
                     self.diarization,
@@ -60,7 +64,7 @@ class EndpointHandler:
                     config.num_speakers,
                     config.min_speakers,
                     config.max_speakers,
-                    progress,
+                    checkpoint,
                 )
                 if self.diarization is not None
                 else NO_DIARIZATION
@@ -71,7 +75,9 @@ class EndpointHandler:
             raise InferenceError("out of memory while processing the recording; try a shorter one") from None
         except Exception as error:
             raise InferenceError(f"inference failed ({type(error).__name__})") from error
+        checkpoint("merge", 0, 1)
         word_speakers, speakers = attribute(transcript.words, diarization.turns, audio.duration)
+        found = len({turn.speaker for turn in diarization.turns})
         response = {
             "text": transcript.text,
             "chunks": [{"text": c.text, "timestamp": [c.start, c.end]} for c in transcript.chunks],
@@ -85,6 +91,7 @@ class EndpointHandler:
             ],
             "language": transcript.language,
             "duration": round(audio.duration, 3),
+            "warnings": _speaker_count_warnings(config, found) if self.diarization is not None else [],
             "parameters": {
                 **config.model_dump(),
                 "batch_size": config.effective_batch_size,
@@ -97,3 +104,27 @@ class EndpointHandler:
                 for w, speaker in zip(transcript.words, word_speakers, strict=True)
             ]
         return response
+
+    def _checkpoint(self, progress: Progress | None) -> Progress:
+        """A progress hook that also enforces ``inference_timeout_s``, then calls the caller's ``progress``."""
+        limit = self.settings.inference_timeout_s
+        deadline = None if limit is None else time.monotonic() + limit
+
+        def checkpoint(stage: str, completed: int, total: int) -> None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise InferenceTimeoutError(f"processing took longer than the {limit:g} s limit (during {stage})")
+            if progress is not None:
+                progress(stage, completed, total)
+
+        return checkpoint
+
+
+def _speaker_count_warnings(config: InferenceConfig, found: int) -> list[str]:
+    """Say when the speaker-count hints could not be met (e.g. a short recording cannot hold 12 voices)."""
+    low = config.num_speakers or config.min_speakers
+    high = config.num_speakers or config.max_speakers
+    if (low is None or found >= low) and (high is None or found <= high):
+        return []
+    names = ("num_speakers", "min_speakers", "max_speakers")
+    asked = ", ".join(f"{name}={getattr(config, name)}" for name in names if getattr(config, name) is not None)
+    return [f"{asked} could not be met: {found} speaker(s) found in the recording"]

@@ -42,6 +42,7 @@ from errors import (
     EndpointError,
     InvalidAudioError,
     InvalidParametersError,
+    RequestCancelledError,
     RequestError,
     ServiceUnavailableError,
 )
@@ -54,6 +55,7 @@ DEMO_PAGE = Path(__file__).resolve().parent / "demo.html"
 _RAW_AUDIO_TYPES = ("audio/", "video/", "application/octet-stream")
 _OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 _BODY_OVERHEAD_BYTES = 1024 * 1024  # JSON or multipart framing around the audio
+_DISCONNECT_POLL_S = 0.25
 
 
 class WorkQueue:
@@ -184,9 +186,32 @@ def create_app(
     queue = WorkQueue(server_settings.workers, server_settings.queue_length)
     body_limit = model_settings.max_request_bytes * 4 // 3 + _BODY_OVERHEAD_BYTES
 
-    async def run(data: dict) -> dict:
+    async def run(request: Request, data: dict) -> dict:
+        """Run the handler in the work queue; stop it at its next checkpoint if the client disconnects."""
         endpoint = slot.get()
-        return await queue.run(lambda: endpoint(data))
+        disconnected = threading.Event()
+
+        def stop_if_disconnected(stage: str, completed: int, total: int) -> None:
+            if disconnected.is_set():
+                raise RequestCancelledError(f"the client disconnected (during {stage})")
+
+        async def watch() -> None:
+            while not await request.is_disconnected():
+                await anyio.sleep(_DISCONNECT_POLL_S)
+            disconnected.set()
+
+        result: dict = {}
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tasks:  # raised in here, an error would come out grouped
+            tasks.start_soon(watch)
+            try:
+                result = await queue.run(lambda: endpoint(data, progress=stop_if_disconnected))
+            except Exception as error:
+                failure = error
+            tasks.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return result
 
     async def health(request: Request) -> Response:
         if slot.handler is not None:
@@ -208,7 +233,7 @@ def create_app(
             )
         if "parameters" not in data and request.query_params:
             data["parameters"] = dict(request.query_params)
-        return JSONResponse(await run(data))
+        return JSONResponse(await run(request, data))
 
     async def openai(request: Request, task: str) -> Response:
         if _media_type(request) != "multipart/form-data":
@@ -222,7 +247,7 @@ def create_app(
             audio, response_format, parameters, word_granularity = await _openai_request(form, task)
         finally:
             await form.close()
-        response = await run({"inputs": audio, "parameters": parameters})
+        response = await run(request, {"inputs": audio, "parameters": parameters})
         return _openai_response(response, response_format, task, word_granularity)
 
     async def transcriptions(request: Request) -> Response:

@@ -10,10 +10,11 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SAMPLE_RATE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -26,9 +27,9 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The server's base URL, and the /health statuses seen while it started."""
+    """The server's base URL, the /health statuses seen while it started, and its log file."""
     port = free_port()
-    env = {**os.environ, "PORT": str(port)}
+    env = {**os.environ, "PORT": str(port), "WORKERS": "1", "QUEUE_LENGTH": "2"}
     log = tmp_path_factory.mktemp("server") / "server.log"
     with log.open("wb") as output:
         process = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=ROOT, env=env, stderr=output)
@@ -41,7 +42,7 @@ def server(tmp_path_factory):
             with contextlib.suppress(httpx.TransportError):  # not listening yet
                 statuses.append(httpx.get(f"{url}/health", timeout=5).status_code)
             time.sleep(0.05)
-        yield url, statuses
+        yield url, statuses, log
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -55,21 +56,21 @@ def clip_file(tmp_path_factory, clip_wav):
 
 
 def test_health_flips_from_503_to_200(server):
-    _, statuses = server
+    _, statuses, _ = server
     assert statuses[-1] == 200
     assert 503 in statuses, statuses
     assert set(statuses) == {503, 200}
 
 
 def test_raw_wav_bytes_return_speakers(server, clip_file):
-    url, _ = server
+    url, *_ = server
     response = httpx.post(url, content=clip_file.read_bytes(), headers={"Content-Type": "audio/wav"}, timeout=120)
     assert response.status_code == 200
     assert len({turn["speaker"] for turn in response.json()["speakers"]}) == 2
 
 
 def test_curl_multipart_gives_srt_with_speakers(server, clip_file):
-    url, _ = server
+    url, *_ = server
     srt = subprocess.run(
         ["curl", "-sS", "--fail-with-body", "-F", f"file=@{clip_file}", "-F", "response_format=srt",
          f"{url}/v1/audio/transcriptions"],
@@ -84,7 +85,7 @@ def test_curl_multipart_gives_srt_with_speakers(server, clip_file):
 def test_the_openai_sdk_gets_text(server, clip_file):
     from openai import OpenAI
 
-    url, _ = server
+    url, *_ = server
     client = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120, max_retries=0)
     with clip_file.open("rb") as audio:
         text = client.audio.transcriptions.create(model="whisper-1", file=audio, response_format="text")
@@ -100,7 +101,7 @@ def test_the_openai_sdk_gets_text(server, clip_file):
 def test_demo_page_shows_the_transcript_by_speaker(server, clip_file):
     from playwright.sync_api import sync_playwright
 
-    url, _ = server
+    url, *_ = server
     flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*flags, "--disable-sync"])
@@ -121,3 +122,37 @@ def test_demo_page_shows_the_transcript_by_speaker(server, clip_file):
     assert lanes >= len(speakers)
     assert "Diane in New Jersey" in transcript
     assert "2 speakers" in status
+
+
+def test_under_load_every_request_succeeds_or_gets_503(server, clip_wav):
+    url, *_ = server
+    short = clip_wav[: 44 + 2 * 2 * SAMPLE_RATE]  # 2 s of the call: a quick request
+
+    def client(_: int) -> list[tuple[int, str | None]]:
+        with httpx.Client(timeout=120) as http:
+            results = []
+            for _ in range(5):
+                response = http.post(url, content=short, headers={"Content-Type": "audio/wav"})
+                results.append((response.status_code, response.headers.get("retry-after")))
+            return results
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        outcomes = [result for results in pool.map(client, range(8)) for result in results]
+    assert len(outcomes) == 40
+    assert {status for status, _ in outcomes} <= {200, 503}
+    assert all(retry == "5" for status, retry in outcomes if status == 503)
+    assert any(status == 200 for status, _ in outcomes) and any(status == 503 for status, _ in outcomes)
+    assert httpx.get(f"{url}/health").status_code == 200
+    response = httpx.post(url, content=short, headers={"Content-Type": "audio/wav"}, timeout=120)
+    assert response.status_code == 200
+
+
+def test_a_client_that_disconnects_stops_its_work(server, clip_wav):
+    url, _, log = server
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, content=clip_wav, headers={"Content-Type": "audio/wav"}, timeout=httpx.Timeout(5, read=0.5))
+    deadline = time.monotonic() + 60
+    while "POST / -> 499" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "POST / -> 499" in log.read_text()
+    assert httpx.get(f"{url}/health").status_code == 200

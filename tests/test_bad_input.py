@@ -1,0 +1,126 @@
+"""Bad input never crashes and never loses words: a corpus of broken files through the server, fuzzed decoding
+and fuzzed merging, impossible speaker hints."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import struct
+import time
+
+import numpy as np
+import pytest
+from conftest import SAMPLE_RATE, encode
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from audio import decode, request_bytes
+from diarization_utils import Chunk, Turn, attribute
+from errors import AudioTooLongError, EndpointError
+from server import create_app
+
+
+def wav_header(data_bytes: int, channels: int = 1, rate: int = SAMPLE_RATE, bits: int = 16) -> bytes:
+    fmt = struct.pack("<IHHIIHH", 16, 1, channels, rate, rate * channels * bits // 8, channels * bits // 8, bits)
+    return b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVEfmt " + fmt + b"data" + struct.pack("<I", data_bytes)
+
+
+RANDOM = np.random.default_rng(7)
+ONE_SECOND = encode(0.3 * np.sin(np.arange(SAMPLE_RATE) / 5.0), SAMPLE_RATE, "wav", "pcm_s16le")
+BAD_FILES = {
+    "zero-length": (b"", 400, "the audio is empty"),
+    "random bytes": (RANDOM.bytes(4096), 415, "not a readable audio file"),
+    "truncated WAV header": (ONE_SECOND[:30], 415, "not a readable audio file"),
+    "WAV header, no samples": (wav_header(32000), 400, "lasts 0.000 s, less than the 0.1 s minimum"),
+    "truncated WAV": (ONE_SECOND[:1044], 400, "lasts 0.030 s, less than the 0.1 s minimum"),
+    "MP3 header with garbage": (b"ID3\3\0\0\0\0\0\0\xff\xfb\x90\x64" + RANDOM.bytes(4000), 415, "not a readable audio"),
+    "header claims 2 GB": (wav_header(0x7FFFFFF0) + bytes(1600), 400, "less than the 0.1 s minimum"),
+    "header claims 0 channels": (wav_header(32000, channels=0) + bytes(32000), 415, "not a readable audio file"),
+    "header claims 2^31 Hz": (wav_header(32000, rate=0x7FFFFFFF) + bytes(32000), 415, "not a readable audio file"),
+    "NaN samples": (encode(np.full(SAMPLE_RATE, np.nan), SAMPLE_RATE, "wav", "pcm_f32le"), 415, "non-finite"),
+}
+
+
+@pytest.fixture(scope="module")
+def client(handler):
+    with TestClient(create_app(handler=handler)) as client:
+        while client.get("/health").status_code != 200:
+            time.sleep(0.05)
+        yield client
+
+
+@pytest.mark.parametrize("name", BAD_FILES)
+def test_each_bad_file_gets_its_own_message(client, name):
+    data, status, message = BAD_FILES[name]
+    raw = client.post("/", content=data, headers={"Content-Type": "audio/wav"})
+    as_base64 = client.post("/", json={"inputs": base64.b64encode(data).decode()})
+    for response in (raw, as_base64):
+        assert response.status_code == status, response.text
+        assert message in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [("ÿÿÿÿ", "only ASCII characters"), ("%%%%", "not valid base64"), ("AAA", "Incorrect padding"), (12, "got int")],
+)
+def test_bad_base64_is_named(client, inputs, message):
+    response = client.post("/", json={"inputs": inputs})
+    assert response.status_code == 415 and message in response.json()["error"]
+
+
+def test_a_body_that_is_not_utf8_json(client):
+    response = client.post("/", content=b'{"inputs": "\xff\xfe"}', headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and "not valid JSON" in response.json()["error"]
+
+
+def test_an_hour_of_silence_in_a_few_kilobytes_is_refused_early():
+    silence = encode(np.zeros(3600 * 8000, dtype=np.float32), 8000, "ogg", "libopus")
+    assert len(silence) < 2_000_000
+    started = time.perf_counter()
+    with pytest.raises(AudioTooLongError, match="longer than the 600 s limit"):
+        decode(silence, max_duration_s=600)
+    assert time.perf_counter() - started < 10  # about a sixth of the file was decoded
+
+
+def test_impossible_speaker_hints_are_reported_not_fatal(handler, clip_wav):
+    response = handler({"inputs": clip_wav, "parameters": {"num_speakers": 12}})
+    found = len({turn["speaker"] for turn in response["speakers"]})
+    assert 1 <= found < 12
+    assert response["warnings"] and "num_speakers=12 could not be met" in response["warnings"][0]
+    assert "Diane" in response["text"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=2048))
+def test_fuzzed_bytes_raise_only_project_errors(data):
+    with contextlib.suppress(EndpointError):
+        decode(request_bytes(data, 10_000), max_duration_s=5, timeout_s=5)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=44, max_size=1024), st.integers(min_value=0, max_value=43))
+def test_fuzzed_wav_headers_raise_only_project_errors(noise, cut):
+    data = ONE_SECOND[:cut] + noise
+    with contextlib.suppress(EndpointError):
+        decode(data, max_duration_s=5, timeout_s=5)
+
+
+times = st.one_of(st.none(), st.floats(min_value=-5, max_value=100, allow_nan=False))
+words = st.lists(st.tuples(st.text("abc.?! ", min_size=1, max_size=6), times, times), max_size=40)
+turns = st.lists(st.tuples(st.sampled_from(["A", "B", "C"]), st.floats(0, 90), st.floats(0, 10)), max_size=15)
+
+
+@settings(max_examples=300, deadline=None)
+@given(words, turns, st.floats(min_value=0, max_value=100))
+def test_fuzzed_merge_keeps_every_word_once_in_order(pieces, raw_turns, duration):
+    chunks = [Chunk(text, start, end) for text, start, end in pieces]
+    diarization = [Turn(speaker, start, start + length) for speaker, start, length in raw_turns]
+    speakers, segments = attribute(chunks, diarization, duration)
+    assert len(speakers) == len(chunks)
+    assert " ".join(s.text for s in segments).split() == " ".join(c.text for c in chunks).split()
+    for segment in segments:
+        assert segment.start <= segment.end
+    for first, second in itertools.pairwise(segments):
+        assert first.end <= second.start + 1e-9
