@@ -97,4 +97,5 @@ def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None) -
         )
     if not np.isfinite(waveform).all():
         raise InvalidAudioError("inputs: the audio contains non-finite samples (NaN or infinity)")
+    waveform = waveform - waveform.mean(dtype=np.float64)  # a DC offset carries no speech and skews energies
     return Audio(waveform.astype(np.float32, copy=False), int(source_rate or 0), int(source_channels or 0))

@@ -45,6 +45,12 @@ def test_stereo_48k_is_downmixed_and_resampled():
     assert 0.1 < np.abs(audio.waveform).max() < 0.9
 
 
+def test_dc_offset_is_removed_and_clipping_kept_in_range():
+    audio = decode(encode(np.clip(tone(1.0, 16000) + 0.7, -1, 1), 16000, "wav", "pcm_s16le"), 60)
+    assert abs(float(audio.waveform.mean())) < 1e-3
+    assert np.abs(audio.waveform).max() <= 2.0 and np.isfinite(audio.waveform).all()
+
+
 def test_8k_telephone_audio_is_upsampled():
     audio = decode(encode(tone(1.0, 8000), 8000, "wav", "pcm_s16le"), 60)
     assert len(audio.waveform) == pytest.approx(SAMPLE_RATE, abs=160)
