@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import itertools
 import struct
 import time
@@ -18,7 +19,7 @@ from starlette.testclient import TestClient
 
 from audio import decode, request_bytes
 from diarization_utils import Chunk, Turn, attribute
-from errors import AudioTooLongError, EndpointError
+from errors import AudioTooLongError, EndpointError, InferenceTimeoutError, RequestCancelledError
 from server import create_app
 
 
@@ -124,3 +125,23 @@ def test_fuzzed_merge_keeps_every_word_once_in_order(pieces, raw_turns, duration
         assert segment.start <= segment.end
     for first, second in itertools.pairwise(segments):
         assert first.end <= second.start + 1e-9
+
+
+def test_the_inference_timeout_stops_a_request(handler, clip_wav):
+    hurried = copy.copy(handler)
+    hurried.settings = handler.settings.model_copy(update={"inference_timeout_s": 1e-9})
+    with pytest.raises(InferenceTimeoutError, match="longer than the 1e-09 s limit"):
+        hurried({"inputs": clip_wav})
+
+
+def test_a_progress_hook_can_stop_a_request_between_stages(handler, clip_wav):
+    stages = []
+
+    def hook(stage: str, completed: int, total: int) -> None:
+        stages.append(stage)
+        if stage == "segmentation":
+            raise RequestCancelledError("the client disconnected")
+
+    with pytest.raises(RequestCancelledError):
+        handler({"inputs": clip_wav}, progress=hook)
+    assert stages[:2] == ["decoding", "transcription"] and stages[-1] == "segmentation"

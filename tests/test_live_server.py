@@ -3,6 +3,7 @@ curl, the official OpenAI SDK, and the demo page in headless Chromium."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
@@ -62,11 +63,15 @@ def test_health_flips_from_503_to_200(server):
     assert set(statuses) == {503, 200}
 
 
-def test_raw_wav_bytes_return_speakers(server, clip_file):
+def test_raw_wav_bytes_and_base64_json_return_speakers(server, clip_file):
     url, *_ = server
-    response = httpx.post(url, content=clip_file.read_bytes(), headers={"Content-Type": "audio/wav"}, timeout=120)
-    assert response.status_code == 200
-    assert len({turn["speaker"] for turn in response.json()["speakers"]}) == 2
+    audio = clip_file.read_bytes()
+    raw = httpx.post(url, content=audio, headers={"Content-Type": "audio/wav"}, timeout=120)
+    as_json = httpx.post(url, json={"inputs": base64.b64encode(audio).decode()}, timeout=120)
+    for response in (raw, as_json):
+        assert response.status_code == 200
+        assert len({turn["speaker"] for turn in response.json()["speakers"]}) == 2
+    assert raw.json()["speakers"] == as_json.json()["speakers"]
 
 
 def test_curl_multipart_gives_srt_with_speakers(server, clip_file):
