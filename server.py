@@ -356,30 +356,25 @@ def _openai_response(response: dict, response_format: str, task: str, words: boo
         return PlainTextResponse(write_srt(response))
     if response_format == "vtt":
         return PlainTextResponse(write_vtt(response), media_type="text/vtt")
-    turns = response["speakers"]
     if response_format == "json":
         return JSONResponse({"text": text, "usage": usage})
+    segments = [
+        {"id": i, "start": t["timestamp"][0], "end": t["timestamp"][1], "text": t["text"], "speaker": t["speaker"]}
+        for i, t in enumerate(response["speakers"])
+    ]
     if response_format == "diarized_json":
-        segments = [
-            {
-                "type": "transcript.text.segment",
-                "id": f"seg_{i}",
-                "start": t["timestamp"][0],
-                "end": t["timestamp"][1],
-                "text": t["text"],
-                "speaker": t["speaker"],
-            }
-            for i, t in enumerate(turns)
-        ]
+        segments = [{"type": "transcript.text.segment", **s, "id": f"seg_{s['id']}"} for s in segments]
         body = {"task": task, "duration": duration, "text": text, "segments": segments, "usage": usage}
     else:
-        segments = [
-            {"id": i, "start": t["timestamp"][0], "end": t["timestamp"][1], "text": t["text"], "speaker": t["speaker"]}
-            for i, t in enumerate(turns)
-        ]
         language = LANGUAGES.get(response["language"], response["language"])
-        body = {"task": task, "language": language, "duration": duration, "text": text, "segments": segments}
-        body["usage"] = usage
+        body = {
+            "task": task,
+            "language": language,
+            "duration": duration,
+            "text": text,
+            "segments": segments,
+            "usage": usage,
+        }
     if words:
         body["words"] = response["words"]
     return JSONResponse(body)
