@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,16 +17,13 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGU
 
 from audio import SAMPLE_RATE
 from config import InferenceConfig
-from diarization_utils import Chunk
+from diarization_utils import Chunk, Progress
 from errors import InvalidParametersError, ModelLoadError
 
 _QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the last seconds of each window
 _ENERGY_FRAME_S = 0.02
 _ENERGY_SMOOTHING_S = 0.2
 _MAX_MEDIAN_WORD_S = 0.7  # a word lasts at most twice its segment's median word duration (median capped at this)
-
-Progress = Callable[[str, int, int], None]
-"""Progress hook: ``(stage, completed, total)``, called as work is done."""
 
 
 @dataclass(frozen=True)

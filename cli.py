@@ -82,7 +82,7 @@ def transcribe(args: argparse.Namespace) -> int:
             continue
         finally:
             progress.close()
-        output = writer(response, path.stem) if args.format == "rttm" else writer(response)
+        output = writer(response, path.stem)
         if args.out is None:
             sys.stdout.write(output)
         else:

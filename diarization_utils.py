@@ -14,6 +14,9 @@ from pyannote.audio.pipelines import SpeakerDiarization as PyannoteSpeakerDiariz
 from audio import SAMPLE_RATE
 from errors import ModelLoadError
 
+Progress = Callable[[str, int, int], None]
+"""Progress hook: ``(stage, completed, total)``, called as work is done."""
+
 
 class NoPLDA(PLDA):
     """Stands in for a PLDA that an embedding model does not have; only non-VBx clustering may use it."""
@@ -102,7 +105,7 @@ def diarize(
     num_speakers: int | None = None,
     min_speakers: int | None = None,
     max_speakers: int | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> Diarization:
     """Run ``pipeline`` on a 16 kHz mono waveform; ``progress(step, completed, total)`` follows its batches."""
 

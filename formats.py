@@ -173,11 +173,11 @@ def write_json(response: dict) -> str:
     return json.dumps(response, indent=2, ensure_ascii=False) + "\n"
 
 
-WRITERS: dict[str, Callable[[dict], str]] = {
-    "json": write_json,
-    "txt": write_text,
-    "srt": write_srt,
-    "vtt": write_vtt,
+WRITERS: dict[str, Callable[[dict, str], str]] = {
+    "json": lambda response, name: write_json(response),
+    "txt": lambda response, name: write_text(response),
+    "srt": lambda response, name: write_srt(response),
+    "vtt": lambda response, name: write_vtt(response),
     "rttm": write_rttm,
 }
-"""Output format name (also the file extension) -> writer."""
+"""Output format name (also the file extension) -> writer of ``(response, recording name)``."""

@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 import transformers
 
-from asr import Progress, WhisperTranscriber
+from asr import WhisperTranscriber
 from audio import decode, request_bytes
 from config import InferenceConfig, ModelSettings
-from diarization_utils import NO_DIARIZATION, attribute, diarize, load_pipeline
+from diarization_utils import NO_DIARIZATION, Progress, attribute, diarize, load_pipeline
 from errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError, RequestError
 from offline_bundle import BUNDLE_DIR
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 from pathlib import Path
 
 import av
@@ -62,4 +63,24 @@ def sample_response(handler, sample) -> dict:
     return handler({"inputs": sample.audio.read_bytes(), "parameters": {"return_timestamps": "word"}})
 
 
-__all__ = ["SAMPLE_RATE", "encode"]
+def ready(client):
+    """Wait until a test client's server reports healthy; return the client."""
+    for _ in range(100):
+        if client.get("/health").status_code == 200:
+            return client
+        time.sleep(0.05)
+    raise AssertionError("the server never became healthy")
+
+
+@pytest.fixture(scope="session")
+def client(handler):
+    """The server app around the session's handler, in process (Starlette's test client)."""
+    from starlette.testclient import TestClient
+
+    from server import create_app
+
+    with TestClient(create_app(handler=handler)) as client:
+        yield ready(client)
+
+
+__all__ = ["SAMPLE_RATE", "encode", "ready"]

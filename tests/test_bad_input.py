@@ -15,12 +15,10 @@ import pytest
 from conftest import SAMPLE_RATE, encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from starlette.testclient import TestClient
 
 from audio import decode, request_bytes
 from diarization_utils import Chunk, Turn, attribute
 from errors import AudioTooLongError, EndpointError, InferenceTimeoutError, RequestCancelledError
-from server import create_app
 
 
 def wav_header(data_bytes: int, channels: int = 1, rate: int = SAMPLE_RATE, bits: int = 16) -> bytes:
@@ -42,14 +40,6 @@ BAD_FILES = {
     "header claims 2^31 Hz": (wav_header(32000, rate=0x7FFFFFFF) + bytes(32000), 415, "not a readable audio file"),
     "NaN samples": (encode(np.full(SAMPLE_RATE, np.nan), SAMPLE_RATE, "wav", "pcm_f32le"), 415, "non-finite"),
 }
-
-
-@pytest.fixture(scope="module")
-def client(handler):
-    with TestClient(create_app(handler=handler)) as client:
-        while client.get("/health").status_code != 200:
-            time.sleep(0.05)
-        yield client
 
 
 @pytest.mark.parametrize("name", BAD_FILES)

@@ -12,24 +12,11 @@ import time
 
 import anyio
 import pytest
+from conftest import ready
 from starlette.testclient import TestClient
 
 from errors import ServiceUnavailableError
 from server import HandlerSlot, WorkQueue, create_app
-
-
-def ready(client: TestClient) -> TestClient:
-    for _ in range(100):
-        if client.get("/health").status_code == 200:
-            return client
-        time.sleep(0.05)
-    raise AssertionError("the server never became healthy")
-
-
-@pytest.fixture(scope="module")
-def client(handler):
-    with TestClient(create_app(handler=handler)) as client:
-        yield ready(client)
 
 
 def transcribe(client: TestClient, audio: bytes, **form) -> object:
