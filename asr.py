@@ -15,6 +15,7 @@ from transformers import (
 )
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
 
+from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, token_times
 from audio import SAMPLE_RATE
 from config import InferenceConfig
 from diarization_utils import Chunk, Progress
@@ -74,6 +75,40 @@ def _batched(items: list[Window], size: int) -> Iterator[list[Window]]:
         yield items[i : i + size]
 
 
+@dataclass(frozen=True)
+class _Pass:
+    """The segments one pass of ``generate`` decoded in a window, starting ``seek`` mel frames into it."""
+
+    segments: list[dict]
+    seek: int
+
+    @property
+    def tokens(self) -> list[int]:
+        return [token for segment in self.segments for token in segment["tokens"].tolist()]
+
+    def dated_segments(self, attention: torch.Tensor, mel_frames: int) -> list[tuple[dict, np.ndarray]]:
+        """Each segment with its tokens' start times in the window; ``attention`` has a row per token from the first."""
+        times = token_times(attention[:, : len(self.tokens)], mel_frames - self.seek) + self.seek * MEL_FRAME_S
+        bounds = np.cumsum([0] + [len(segment["tokens"]) for segment in self.segments])
+        return [(segment, times[a:b]) for segment, a, b in zip(self.segments, bounds[:-1], bounds[1:], strict=True)]
+
+
+def _passes(segments: list[dict], timestamp_begin: int) -> list[_Pass]:
+    """Group a window's segments by the pass of ``generate`` that decoded them (token indices restart per pass)."""
+    groups: list[list[dict]] = []
+    for segment in segments:
+        if groups and segment["idxs"][0] >= groups[-1][-1]["idxs"][1]:
+            groups[-1].append(segment)
+        else:
+            groups.append([segment])
+    passes = []
+    for group in groups:
+        opening = int(group[0]["tokens"][0]) - timestamp_begin  # the pass's first token is a timestamp
+        start = float(group[0]["start"]) - max(0, opening) * FRAME_S
+        passes.append(_Pass(group, 0 if not passes else round(start / MEL_FRAME_S)))
+    return passes
+
+
 class WhisperTranscriber:
     """Whisper and its optional assistant, loaded once; ``transcribe`` turns a waveform into a ``Transcript``."""
 
@@ -93,6 +128,7 @@ class WhisperTranscriber:
             .eval()
         )
         self.multilingual = bool(getattr(self.model.generation_config, "is_multilingual", False))
+        self.aligner = CrossAttentionAligner(self.model)
         self.assistant = self._load_assistant(assistant, token) if assistant else None
 
     def _load_assistant(self, name: str, token: str | None) -> torch.nn.Module:
@@ -136,9 +172,7 @@ class WhisperTranscriber:
         options: dict = {
             "return_timestamps": True,
             "return_segments": True,
-            "return_token_timestamps": True,
             "return_dict_in_generate": True,
-            "output_logits": True,
         }
         if config.temperature > 0:
             options.update(do_sample=True, temperature=config.temperature)
@@ -164,8 +198,8 @@ class WhisperTranscriber:
     def transcribe(self, waveform: np.ndarray, config: InferenceConfig, progress: Progress | None = None) -> Transcript:
         """Transcribe a 16 kHz mono waveform window by window, batching windows when not assisted.
 
-        A window is dropped as non-speech when Whisper's no-speech probability is above ``no_speech_threshold``
-        and its decoding's average log-probability below ``logprob_threshold`` (Whisper's own rule).
+        ``generate`` picks the tokens (SDPA attention, nothing kept per step); one teacher-forced decoder pass per
+        batch then dates them (``alignment``) and gives the log-probabilities of Whisper's no-speech rule.
         """
         windows = split_windows(waveform, config.chunk_length_s)
         chunks: list[Chunk] = []
@@ -183,12 +217,14 @@ class WhisperTranscriber:
             features = inputs.input_features.to(self.device, self.dtype)
             if options is None:
                 options, language = self._generation_options(config, features)
+                prompt = self._prompt(language, config.task)
+            self.aligner.start()
             output = self.model.generate(features, attention_mask=inputs.attention_mask.to(self.device), **options)
-            for window, window_features, segments in zip(batch, features, output["segments"], strict=True):
-                if segments and self._is_non_speech(window_features, segments[0]["result"], config):
-                    continue
-                for segment in segments:
-                    chunk, segment_words = self._segment(window, segment)
+            mel_frames = inputs.attention_mask.sum(dim=-1).tolist()
+            dated = self._date_tokens(features, mel_frames, output["segments"], prompt, config)
+            for window, window_segments in zip(batch, dated, strict=True):
+                for segment, times in window_segments:
+                    chunk, segment_words = self._segment(window, segment, times)
                     if chunk.text:
                         chunks.append(chunk)
                         words.extend(segment_words)
@@ -197,27 +233,74 @@ class WhisperTranscriber:
                 progress("transcription", done, len(windows))
         return Transcript(chunks, words, language)
 
-    def _is_non_speech(self, features: torch.Tensor, result: dict, config: InferenceConfig) -> bool:
-        """Whisper's rule: likely no speech, and a decoding too unsure to trust (raw, unfiltered logits)."""
-        if config.no_speech_threshold is None:
-            return False
-        eot = self.processor.tokenizer.eos_token_id
-        steps = len(result["logits"])
-        logprobs = []
-        for token, logits in zip(result["sequences"][-steps:].tolist(), result["logits"], strict=True):
-            logprobs.append(logits.float().log_softmax(dim=-1)[token].item())
-            if token == eot:
-                break
-        if float(np.mean(logprobs)) >= config.logprob_threshold:
-            return False
+    def _prompt(self, language: str, task: str) -> list[int]:
+        """The tokens each window starts with: start of transcript, then language and task if multilingual."""
         generation = self.model.generation_config
-        encoded = self.model.get_encoder()(features[None])
-        start = torch.tensor([[generation.decoder_start_token_id]], device=self.device)
-        logits = self.model(encoder_outputs=encoded, decoder_input_ids=start).logits[0, -1].float()
-        no_speech = logits.softmax(dim=-1)[generation.no_timestamps_token_id - 1].item()
-        return no_speech > config.no_speech_threshold
+        prompt = [generation.decoder_start_token_id]
+        if self.multilingual:
+            prompt += [generation.lang_to_id[f"<|{language}|>"], generation.task_to_id[task]]
+        return prompt
 
-    def _segment(self, window: Window, segment: dict) -> tuple[Chunk, list[Chunk]]:
+    def _date_tokens(
+        self,
+        features: torch.Tensor,
+        mel_frames: list[int],
+        segments: list[list[dict]],
+        prompt: list[int],
+        config: InferenceConfig,
+    ) -> list[list[tuple[dict, np.ndarray]]]:
+        """Each window's segments with their tokens' start times (seconds into the window); none if non-speech.
+
+        ``generate`` decodes a window in passes: when a pass ends on an unfinished segment, the next one starts
+        at that segment's opening timestamp. The first pass of every window reuses the encoder output that
+        ``generate`` computed; later passes (rare) are encoded again from the same features, cut where they start.
+        """
+        timestamp_begin = self.model.generation_config.no_timestamps_token_id + 1
+        passes = [_passes(window_segments, timestamp_begin) for window_segments in segments]
+        first_tokens = [window[0].tokens if window else [] for window in passes]
+        first = self.aligner.decode([prompt + tokens for tokens in first_tokens])
+        speech = self._is_speech(first.hidden, prompt, first_tokens, config)
+        dated: list[list[tuple[dict, np.ndarray]]] = []
+        later: list[tuple[int, _Pass]] = []
+        for i, window in enumerate(passes):
+            dated.append([])
+            if window and speech[i]:
+                dated[i].extend(window[0].dated_segments(first.attention[i, :, len(prompt) :], mel_frames[i]))
+                later.extend((i, decoding_pass) for decoding_pass in window[1:])
+        if later:
+            length = features.shape[-1]
+            cuts = [
+                torch.nn.functional.pad(features[i, :, p.seek : mel_frames[i]], (0, length - mel_frames[i] + p.seek))
+                for i, p in later
+            ]
+            encoder_output = self.model.get_encoder()(torch.stack(cuts)).last_hidden_state
+            decoded = self.aligner.decode([prompt + p.tokens for _, p in later], encoder_output)
+            for row, (i, p) in enumerate(later):
+                dated[i].extend(p.dated_segments(decoded.attention[row, :, len(prompt) :], mel_frames[i]))
+        return dated
+
+    def _is_speech(
+        self, hidden: torch.Tensor, prompt: list[int], tokens: list[list[int]], config: InferenceConfig
+    ) -> list[bool]:
+        """Whisper's rule per window: non-speech when the no-speech probability is above ``no_speech_threshold``
+        and the decoding's average log-probability (raw logits, end of text included) below ``logprob_threshold``."""
+        if config.no_speech_threshold is None:
+            return [True] * len(tokens)
+        generation = self.model.generation_config
+        no_speech_token = generation.no_timestamps_token_id - 1
+        no_speech = self.model.proj_out(hidden[:, 0]).float().softmax(dim=-1)[:, no_speech_token].tolist()
+        speech = []
+        for i, window_tokens in enumerate(tokens):
+            if no_speech[i] <= config.no_speech_threshold or not window_tokens:
+                speech.append(True)
+                continue
+            scored = torch.tensor([*window_tokens, generation.eos_token_id], device=hidden.device)
+            logits = self.model.proj_out(hidden[i, len(prompt) - 1 : len(prompt) + len(window_tokens)])
+            logprobs = logits.float().log_softmax(dim=-1).gather(1, scored[:, None])
+            speech.append(float(logprobs.mean()) >= config.logprob_threshold)
+        return speech
+
+    def _segment(self, window: Window, segment: dict, token_starts: np.ndarray) -> tuple[Chunk, list[Chunk]]:
         """A Whisper segment as a chunk and its words, in recording time.
 
         A word is a run of tokens starting with a space (punctuation stays with its word); it lasts from its
@@ -226,7 +309,7 @@ class WhisperTranscriber:
         tokenizer = self.processor.tokenizer
         length = len(window.samples) / SAMPLE_RATE
         tokens = segment["tokens"].tolist()
-        times = [min(max(float(t), 0.0), length) for t in segment["token_timestamps"].tolist()]
+        times = [min(max(float(t), 0.0), length) for t in token_starts.tolist()]
         runs: list[tuple[list[int], float, float]] = []
         for i, token in enumerate(tokens):
             if token >= tokenizer.eos_token_id:  # timestamps and control tokens
