@@ -79,7 +79,10 @@ LINES = [
 
 @dataclass(frozen=True)
 class Conversation:
-    """A conversation to synthesise: seed, speakers (voice names), number of turns, noise level."""
+    """A conversation to synthesise: seed, speakers (voice names), number of turns, noise level.
+
+    With ``duration_s``, turns stop once the conversation is that long (``turns`` is then an upper bound).
+    """
 
     name: str
     seed: int
@@ -87,6 +90,7 @@ class Conversation:
     turns: int
     noise_snr_db: float | None
     overlap_probability: float
+    duration_s: float | None = None
 
 
 CONVERSATIONS = [
@@ -120,6 +124,8 @@ def build(conversation: Conversation, folder: Path) -> dict:
     previous = -1
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(conversation.turns):
+            if conversation.duration_s is not None and cursor >= conversation.duration_s * SAMPLE_RATE:
+                break
             speaker = int(rng.choice([s for s in range(len(conversation.voices)) if s != previous]))
             text = " ".join(str(line) for line in rng.choice(LINES, size=int(rng.integers(1, 3)), replace=False))
             samples = synthesize(conversation.voices[speaker], text, Path(tmp))
