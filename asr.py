@@ -14,7 +14,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGU
 from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, token_times
 from audio import SAMPLE_RATE
 from config import InferenceConfig
-from decoding import DraftCounts, WhisperForDraftedGeneration
+from decoding import DraftCounts, WeightMajorProjection, WhisperForDraftedGeneration
 from diarization_utils import Chunk, Progress
 from errors import InvalidParametersError, ModelLoadError
 
@@ -148,6 +148,8 @@ class WhisperTranscriber:
             .to(device)
             .eval()
         )
+        if device.type == "cpu":
+            self.model.proj_out = WeightMajorProjection(self.model.proj_out)
         self.multilingual = bool(getattr(self.model.generation_config, "is_multilingual", False))
         self.aligner = CrossAttentionAligner(self.model)
         self.assistant = self._load_assistant(assistant, token) if assistant else None

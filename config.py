@@ -92,7 +92,7 @@ class InferenceConfig(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0, le=1.0)
     """Sampling temperature; 0 = greedy decoding (deterministic)."""
 
-    assisted: bool | Literal["auto"] = "auto"
+    assisted: Literal[True, False, "auto"] = "auto"
     """Speculative decoding with the assistant model (``ASSISTANT_MODEL``): the same text, fewer steps of the
     main decoder. ``true`` decodes every window with it, one at a time (an error if none is loaded); ``auto``
     uses it where it is faster: a batch of a single window, greedy; ``false`` never."""
@@ -118,6 +118,14 @@ class InferenceConfig(BaseModel):
 
     max_speakers: int | None = Field(default=None, ge=1)
     """Upper bound on the number of speakers."""
+
+    @field_validator("assisted", mode="before")
+    @classmethod
+    def _parse_assisted(cls, value: object) -> object:
+        """Query strings and form fields give text: ``true``/``false`` as booleans."""
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        return value
 
     @field_validator("language")
     @classmethod

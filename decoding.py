@@ -1,9 +1,11 @@
-"""Whisper's ``generate`` with two changes that keep its output token for token.
+"""Whisper's ``generate`` with three changes that keep its output.
 
-- Token suppression (``suppress_tokens``) is a mask built once, not a membership test over the vocabulary at every
-  step (2.5 ms of a 20 ms tiny.en step on 2 CPU cores).
+- On CPU the output projection can be computed as ``weight @ hidden.T`` (``WeightMajorProjection``): for several
+  rows (a batch of windows, a verification pass) that is about 1.8x faster than ``linear`` with a 51865x384 weight.
+- Token suppression (``suppress_tokens``, ``begin_suppress_tokens``) is a mask built once, not a membership test
+  over the vocabulary at every step (2.5 ms of a 20 ms tiny.en step on 2 CPU cores).
 - Assisted generation drafts with ``DraftDecoder``, a lean copy of the assistant's decoder (fused projections, a
-  preallocated cache, int8 linear layers on CPU), driven by ``DraftCandidates`` inside transformers' own
+  preallocated cache, an int8 output projection on CPU), driven by ``DraftCandidates`` inside transformers' own
   verification loop: Whisper checks every drafted token, so the text is the one greedy decoding gives. The
   generic assistant loop costs more per drafted token than a tiny.en step saves. Whisper's ``generate`` also drops
   the start-of-text suppression when assisted; it is put back, so assisted and plain decoding obey the same rules.
@@ -21,10 +23,30 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from transformers.generation.logits_process import (
     LogitsProcessor,
     LogitsProcessorList,
+    SuppressTokensAtBeginLogitsProcessor,
     SuppressTokensLogitsProcessor,
 )
 
 _FIRST_DRAFT_LENGTH = 8  # then +2 after a fully accepted draft, -1 after a rejection (transformers' heuristic)
+
+
+class WeightMajorProjection(nn.Module):
+    """A bias-free linear layer computed as ``weight @ hidden.T`` when there are several rows.
+
+    CPU BLAS runs ``(rows x 384) @ (384 x 51865)`` with the weight stored vocabulary-major far below its speed
+    for the same product the other way round (2 cores, 8 rows: 23.4 ms against 12.9 ms). One row (a
+    matrix-vector product) goes through ``linear``, which is as fast. Results agree to float rounding.
+    """
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.weight = linear.weight
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        rows = hidden.reshape(-1, hidden.shape[-1])
+        if len(rows) == 1:
+            return nn.functional.linear(hidden, self.weight)
+        return torch.mm(self.weight, rows.T).T.contiguous().view(*hidden.shape[:-1], len(self.weight))
 
 
 class SuppressTokens(LogitsProcessor):
@@ -36,6 +58,20 @@ class SuppressTokens(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         return scores.masked_fill(self.mask, -float("inf"))
+
+
+class SuppressTokensAtBegin(SuppressTokens):
+    """``SuppressTokensAtBeginLogitsProcessor`` with its mask built once: only the first generated token."""
+
+    def __init__(self, tokens: list[int], vocab_size: int, device: torch.device, begin_index: int):
+        super().__init__(tokens, vocab_size, device)
+        self.begin_index = begin_index
+
+    def set_begin_index(self, begin_index: int) -> None:
+        self.begin_index = begin_index
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        return super().__call__(input_ids, scores) if input_ids.shape[-1] == self.begin_index else scores
 
 
 @dataclass
@@ -89,8 +125,9 @@ def _fused(*linears: nn.Linear) -> nn.Linear:
 class DraftDecoder(nn.Module):
     """A Whisper decoder for one-token steps at batch 1, built from a loaded one (``decoder`` + ``proj_out``).
 
-    Its linear layers are int8 (dynamic quantization) on CPU, where the 51865-token output projection would
-    otherwise cost most of a step; drafts only decide how many tokens Whisper accepts, never which.
+    With ``quantize`` (on CPU) its output projection is int8 with per-channel scales: 51865 x 384 weights cost
+    most of a step in float32 (11 ms against 1 ms). The rest stays float32, which keeps drafts close to
+    Whisper's. Drafts only decide how many tokens Whisper accepts, never which.
     """
 
     def __init__(self, decoder: nn.Module, proj_out: nn.Linear, quantize: bool):
@@ -106,7 +143,7 @@ class DraftDecoder(nn.Module):
         self.proj = _fused(proj_out)
         if quantize:
             torch.ao.quantization.quantize_dynamic(
-                self, {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}, inplace=True
+                self, {"proj": torch.ao.quantization.per_channel_dynamic_qconfig}, inplace=True
             )
 
     def start(self, encoder_hidden: torch.Tensor) -> _DraftState:
@@ -196,12 +233,16 @@ class WhisperForDraftedGeneration(WhisperForConditionalGeneration):
         processors = super()._retrieve_logit_processors(
             generation_config, logits_processor, begin_index, num_beams, device
         )
-        return [
-            SuppressTokens(p.suppress_tokens.tolist(), self.config.vocab_size, device)
-            if isinstance(p, SuppressTokensLogitsProcessor)
-            else p
-            for p in processors
-        ]
+        return [self._masked(processor, device) for processor in processors]
+
+    def _masked(self, processor: LogitsProcessor, device: torch.device) -> LogitsProcessor:
+        vocab_size = self.config.vocab_size
+        if isinstance(processor, SuppressTokensLogitsProcessor):
+            return SuppressTokens(processor.suppress_tokens.tolist(), vocab_size, device)
+        if isinstance(processor, SuppressTokensAtBeginLogitsProcessor):
+            tokens = processor.begin_suppress_tokens.tolist()
+            return SuppressTokensAtBegin(tokens, vocab_size, device, processor.begin_index)
+        return processor
 
     def _get_candidate_generator(
         self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None, **kw

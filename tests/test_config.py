@@ -16,7 +16,7 @@ def test_defaults_are_the_offline_bundle(monkeypatch):
     settings = ModelSettings()
     assert settings.asr_model == str(BUNDLE_DIR / "whisper-tiny.en")
     assert settings.diarization_model == str(BUNDLE_DIR / "speaker-diarization")
-    assert settings.assistant_model is None
+    assert settings.assistant_model == str(BUNDLE_DIR / "whisper-tiny.en-draft")
     assert settings.token is None
 
 
@@ -52,7 +52,7 @@ def test_parameter_defaults():
     assert config.task == "transcribe"
     assert config.language is None
     assert config.effective_batch_size == 8
-    assert not config.assisted
+    assert config.assisted == "auto"
     assert config.chunk_length_s == 30.0
     assert config.return_timestamps == "chunk"
 
@@ -74,6 +74,7 @@ def test_unknown_parameters_are_named():
         ({"batch_size": "many"}, "batch_size: Input should be a valid integer"),
         ({"chunk_length_s": 60}, "chunk_length_s: Input should be less than or equal to 30"),
         ({"assisted": True, "batch_size": 4}, "batch_size must be 1, not 4"),
+        ({"assisted": "sometimes"}, "assisted: Input should be True, False or 'auto'"),
     ],
 )
 def test_invalid_parameters(parameters, message):
@@ -89,6 +90,8 @@ def test_speaker_hints_that_agree():
 
 def test_assisted_defaults_to_batch_size_one():
     assert InferenceConfig.from_parameters({"assisted": True}).effective_batch_size == 1
+    assert InferenceConfig.from_parameters({"assisted": "true"}).assisted is True
+    assert InferenceConfig.from_parameters({"assisted": "auto", "batch_size": 4}).effective_batch_size == 4
 
 
 def test_parameters_must_be_an_object():

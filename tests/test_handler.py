@@ -87,7 +87,11 @@ def test_speaker_turns_are_timed_by_their_words(sample_response):
 def test_base64_and_raw_bytes_give_the_same_answer(handler, sample, sample_response):
     encoded = base64.b64encode(sample.audio.read_bytes()).decode()
     response = handler({"inputs": encoded, "parameters": {"return_timestamps": "word"}})
-    assert response == sample_response
+    assert _untimed(response) == _untimed(sample_response)
+
+
+def _untimed(response: dict) -> dict:
+    return {**response, "decoding": {**response["decoding"], "seconds": None}}
 
 
 def test_speaker_count_hint_is_honoured(handler, sample):
@@ -137,7 +141,6 @@ def test_sub_100_ms_audio(handler):
     ("parameters", "message"),
     [
         ({"speakers": 2}, "unknown parameter 'speakers'"),
-        ({"assisted": True}, "no assistant model is loaded"),
         ({"language": "fr"}, "English-only"),
         ({"language": "klingon"}, "not a language this model knows"),
         ({"task": "translate"}, "English-only"),

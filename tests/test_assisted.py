@@ -1,0 +1,107 @@
+"""Speculative decoding: the draft decoder, identical transcripts with and without it, and misuse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from corpus import Conversation, build
+from transformers import WhisperConfig, WhisperForCausalLM
+
+from asr import WhisperTranscriber
+from audio import decode
+from config import InferenceConfig, ModelSettings
+from decoding import DraftDecoder
+from errors import InvalidParametersError, ModelLoadError
+from offline_bundle import BUNDLE_DIR, DRAFT_DIR_NAME, WHISPER_DIR_NAME
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def conversations(tmp_path_factory) -> list:
+    """Three short synthesized conversations: two voices with overlaps, three with noise, espeak with noise."""
+    folder = tmp_path_factory.mktemp("conversations")
+    voices = {
+        "overlap": ("flite-awb", "espeak-us-f"),
+        "noise": ("flite-slt", "flite-kal", "espeak-gb-m"),
+        "espeak": ("espeak-us-f", "espeak-gb-m"),
+    }
+    waveforms = []
+    for seed, (name, cast) in enumerate(voices.items(), start=20):
+        build(Conversation(name, seed, cast, 40, 20.0 if name != "overlap" else None, 0.25, 40.0), folder)
+        waveforms.append(decode((folder / f"{name}.wav").read_bytes(), 600).waveform)
+    return waveforms
+
+
+def test_draft_decoder_computes_whisper_decoder_logits():
+    """Unquantized (as on GPU), the lean draft gives the decoder's logits, whether fed one token or several."""
+    decoder = WhisperForCausalLM.from_pretrained(BUNDLE_DIR / DRAFT_DIR_NAME, dtype=torch.float32).eval()
+    draft = DraftDecoder(decoder.model.decoder, decoder.proj_out, quantize=False).eval()
+    encoder_output = torch.randn(1, 1500, decoder.config.d_model, generator=torch.Generator().manual_seed(0))
+    tokens = torch.tensor([50257, 50363, 440, 1049, 1110, 286, 262, 3504, 11])
+    with torch.inference_mode():
+        expected = decoder(input_ids=tokens[None], encoder_outputs=encoder_output).logits[0, 3:]
+        state = draft.start(encoder_output)
+        steps = [draft.step(state, tokens[:4])] + [draft.step(state, token[None]) for token in tokens[4:]]
+        state.length = 6  # forget the last three tokens, as after a rejected draft, and feed them again
+        again = draft.step(state, tokens[6:])
+    torch.testing.assert_close(torch.stack(steps), expected, atol=2e-4, rtol=1e-4)
+    torch.testing.assert_close(again, expected[-1], atol=2e-4, rtol=1e-4)
+
+
+def test_assisted_words_are_the_plain_ones(handler, sample_waveform, conversations):
+    """Same words, same times, on the pyannote sample and on three synthesized conversations."""
+    transcriber = handler.transcriber
+    for waveform in [sample_waveform, *conversations]:
+        plain = transcriber.transcribe(waveform, InferenceConfig(assisted=False, batch_size=1))
+        assisted = transcriber.transcribe(waveform, InferenceConfig(assisted=True))
+        assert assisted.words == plain.words
+        assert assisted.chunks == plain.chunks
+        assert assisted.decoding.assisted_windows == assisted.decoding.windows
+        assert assisted.decoding.accepted_tokens > 0.7 * assisted.decoding.drafted_tokens
+        assert plain.decoding.drafted_tokens == 0
+
+
+def test_the_response_reports_the_assistant(sample_response):
+    """The sample is one window: "auto" assists it and says how many drafted tokens Whisper accepted."""
+    decoding = sample_response["decoding"]
+    assert decoding["assisted"] and decoding["windows"] == decoding["assisted_windows"] == 1
+    assert decoding["drafted_tokens"] >= decoding["accepted_tokens"] > 100
+    assert decoding["acceptance_rate"] > 0.75
+    assert sample_response["parameters"]["assisted"] == "auto"
+
+
+def test_auto_batches_long_recordings_without_the_assistant(handler, conversations):
+    transcript = handler.transcriber.transcribe(conversations[0], InferenceConfig())
+    assert transcript.decoding.windows == 2
+    assert transcript.decoding.assisted_windows == 0
+
+
+def test_assisted_without_an_assistant_is_an_error(sample_waveform):
+    settings = ModelSettings(assistant_model="")
+    transcriber = WhisperTranscriber(settings.asr_model, settings.assistant_model, CPU, torch.float32)
+    with pytest.raises(InvalidParametersError, match="no assistant model is loaded"):
+        transcriber.transcribe(sample_waveform, InferenceConfig(assisted=True))
+    assert transcriber.transcribe(sample_waveform[:80000], InferenceConfig()).decoding.assisted_windows == 0
+
+
+def _checkpoint(folder, **overrides):
+    main = json.loads((BUNDLE_DIR / WHISPER_DIR_NAME / "config.json").read_text())
+    WhisperConfig(**{**main, **overrides}).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"vocab_size": 51865}, "vocabulary of 51865 tokens, the main model 51864"),
+        ({"eos_token_id": 0}, "eos_token_id 0, the main model 50256: their tokenizers differ"),
+        ({"num_mel_bins": 128}, "expects 128 mel bins, the main model 80"),
+        ({"d_model": 512, "architectures": ["WhisperForCausalLM"]}, "d_model 512"),
+    ],
+)
+def test_an_incompatible_assistant_is_refused_at_load(tmp_path, overrides, message):
+    with pytest.raises(ModelLoadError, match=message):
+        WhisperTranscriber(str(BUNDLE_DIR / WHISPER_DIR_NAME), _checkpoint(tmp_path, **overrides), CPU, torch.float32)
