@@ -211,6 +211,13 @@ class DraftCandidates(CandidateGenerator):
         self.length = self.length + 2 if num_matches == drafted else max(1, self.length - 1)
 
 
+def _same_weights(a: nn.Module, b: nn.Module) -> bool:
+    first, second = a.state_dict(), b.state_dict()
+    return first.keys() == second.keys() and all(
+        first[name].shape == second[name].shape and torch.equal(first[name], second[name]) for name in first
+    )
+
+
 class WhisperForDraftedGeneration(WhisperForConditionalGeneration):
     """Whisper whose ``generate`` uses ``SuppressTokens`` and, given ``assistant_model``, ``DraftCandidates``.
 
@@ -218,8 +225,13 @@ class WhisperForDraftedGeneration(WhisperForConditionalGeneration):
     """
 
     def set_assistant(self, assistant: nn.Module) -> None:
+        """Draft with ``assistant``'s decoder. A full Whisper whose encoder is this model's (distil-whisper keeps
+        its teacher's encoder) reads this model's encoder output instead of encoding every window again."""
         quantize = self.device.type == "cpu"
         self.draft = DraftDecoder(assistant.model.decoder, assistant.proj_out, quantize).eval()
+        self.draft_encodes = assistant.config.is_encoder_decoder and not _same_weights(
+            assistant.get_encoder(), self.get_encoder()
+        )
         self._drafts = threading.local()
 
     def count_drafts(self) -> DraftCounts:
@@ -247,9 +259,9 @@ class WhisperForDraftedGeneration(WhisperForConditionalGeneration):
     def _get_candidate_generator(
         self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None, **kw
     ) -> CandidateGenerator:
-        if assistant_model.config.is_encoder_decoder:  # a full Whisper: its own encoder hears the window
+        if self.draft_encodes:  # a full Whisper with an encoder of its own
             encoder_hidden = assistant_model.get_encoder()(inputs_tensor.to(assistant_model.dtype)).last_hidden_state
-        else:  # a decoder-only draft reads Whisper's encoder output
+        else:
             encoder_hidden = model_kwargs["encoder_outputs"].last_hidden_state
         return DraftCandidates(
             self.draft,

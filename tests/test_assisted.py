@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 from corpus import Conversation, build
-from transformers import WhisperConfig, WhisperForCausalLM
+from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
 from asr import WhisperTranscriber
-from audio import decode
+from audio import SAMPLE_RATE, decode
 from config import InferenceConfig, ModelSettings
 from decoding import DraftDecoder
 from errors import InvalidParametersError, ModelLoadError
@@ -105,3 +105,23 @@ def _checkpoint(folder, **overrides):
 def test_an_incompatible_assistant_is_refused_at_load(tmp_path, overrides, message):
     with pytest.raises(ModelLoadError, match=message):
         WhisperTranscriber(str(BUNDLE_DIR / WHISPER_DIR_NAME), _checkpoint(tmp_path, **overrides), CPU, torch.float32)
+
+
+@pytest.mark.parametrize("own_encoder", [False, True])
+def test_a_full_whisper_assistant(tmp_path, sample_waveform, own_encoder):
+    """A full Whisper drafts too. With the main model's encoder (as distil-whisper keeps its teacher's), it reads
+    the main model's encoder output; with an encoder of its own, it encodes each window itself."""
+    main = str(BUNDLE_DIR / WHISPER_DIR_NAME)
+    assistant = main
+    if own_encoder:
+        model = WhisperForConditionalGeneration.from_pretrained(main)
+        with torch.no_grad():
+            model.model.encoder.layer_norm.bias.add_(0.01)
+        model.save_pretrained(tmp_path)
+        assistant = str(tmp_path)
+    transcriber = WhisperTranscriber(main, assistant, CPU, torch.float32)
+    assert transcriber.model.draft_encodes == own_encoder
+    clip = sample_waveform[: 12 * SAMPLE_RATE]
+    assisted = transcriber.transcribe(clip, InferenceConfig(assisted=True))
+    assert assisted.words == transcriber.transcribe(clip, InferenceConfig(assisted=False)).words
+    assert assisted.decoding.accepted_tokens > 0.7 * assisted.decoding.drafted_tokens
