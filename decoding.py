@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -142,9 +143,11 @@ class DraftDecoder(nn.Module):
         self.layers = nn.ModuleList(_DraftLayer(layer) for layer in decoder.layers)
         self.proj = _fused(proj_out)
         if quantize:
-            torch.ao.quantization.quantize_dynamic(
-                self, {"proj": torch.ao.quantization.per_channel_dynamic_qconfig}, inplace=True
-            )
+            with warnings.catch_warnings():  # torch.ao's notices that torchao will take this API over
+                warnings.simplefilter("ignore")
+                torch.ao.quantization.quantize_dynamic(
+                    self, {"proj": torch.ao.quantization.per_channel_dynamic_qconfig}, inplace=True
+                )
 
     def start(self, encoder_hidden: torch.Tensor) -> _DraftState:
         """A fresh cache for one window; ``encoder_hidden`` is (1, frames, d_model)."""
