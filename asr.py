@@ -160,7 +160,7 @@ class WhisperTranscriber:
         """Load a full Whisper or a decoder-only (distil-whisper style) draft model compatible with the main one."""
         config = AutoConfig.from_pretrained(name, token=token)
         main = self.model.config
-        if getattr(config, "model_type", None) != "whisper":
+        if config.model_type != "whisper":
             raise ModelLoadError(f"assistant {name!r} is a {config.model_type!r} model, not a Whisper one")
         if config.vocab_size != main.vocab_size:
             raise ModelLoadError(

@@ -26,7 +26,7 @@ class ModelSettings(BaseSettings):
     assistant_model: str | None = str(BUNDLE_DIR / DRAFT_DIR_NAME)
     """Assistant for speculative decoding: a decoder-only draft (``WhisperForCausalLM``) or a full Whisper
     (e.g. ``distil-whisper/distil-large-v3``) sharing the main model's tokenizer; empty = none. The default is
-    the bundle's draft: tiny.en's own decoder, run with int8 weights on CPU."""
+    the bundle's draft: tiny.en's own decoder (its output projection in int8 on CPU)."""
 
     diarization_model: str | None = str(BUNDLE_DIR / DIARIZATION_DIR_NAME)
     """pyannote pipeline: a hub id (e.g. ``pyannote/speaker-diarization-community-1``) or a local folder with

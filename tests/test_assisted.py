@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from corpus import Conversation, build
-from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
+from transformers import BertConfig, WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
 from asr import WhisperTranscriber
 from audio import SAMPLE_RATE, decode
@@ -105,6 +105,20 @@ def _checkpoint(folder, **overrides):
 def test_an_incompatible_assistant_is_refused_at_load(tmp_path, overrides, message):
     with pytest.raises(ModelLoadError, match=message):
         WhisperTranscriber(str(BUNDLE_DIR / WHISPER_DIR_NAME), _checkpoint(tmp_path, **overrides), CPU, torch.float32)
+
+
+def test_an_assistant_that_is_not_whisper_is_refused_at_load(tmp_path):
+    BertConfig().save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="is a 'bert' model, not a Whisper one"):
+        WhisperTranscriber(str(BUNDLE_DIR / WHISPER_DIR_NAME), str(tmp_path), CPU, torch.float32)
+
+
+def test_assisted_sampling_draws_text(handler, sample_waveform):
+    """With a temperature, drafts are checked against Whisper's samples: the result is one of Whisper's draws."""
+    torch.manual_seed(0)
+    transcript = handler.transcriber.transcribe(sample_waveform, InferenceConfig(assisted=True, temperature=0.5))
+    assert transcript.decoding.assisted_windows == 1
+    assert len(transcript.words) > 40  # the sample holds about 90 words
 
 
 @pytest.mark.parametrize("own_encoder", [False, True])
