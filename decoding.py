@@ -141,7 +141,7 @@ class DraftDecoder(nn.Module):
         self.embed_positions = decoder.embed_positions
         self.final_norm = decoder.layer_norm
         self.layers = nn.ModuleList(_DraftLayer(layer) for layer in decoder.layers)
-        self.proj = _fused(proj_out)
+        self.proj = proj_out  # quantization swaps in an int8 copy; the assistant keeps its own
         if quantize:
             with warnings.catch_warnings():  # torch.ao's notices that torchao will take this API over
                 warnings.simplefilter("ignore")

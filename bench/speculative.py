@@ -74,7 +74,6 @@ def main() -> None:
     import handler  # noqa: F401  (quiet transformers, as the endpoint runs it)
     from asr import WhisperTranscriber, split_windows
 
-    torch.set_num_threads(torch.get_num_threads())
     settings = ModelSettings()
     if not settings.assistant_model:
         sys.exit("no ASSISTANT_MODEL: nothing to compare")
@@ -89,7 +88,7 @@ def main() -> None:
     )
 
     @torch.inference_mode()
-    def generate(window, assisted: bool) -> tuple[list[int], float, float, decoding.DraftCounts]:
+    def generate(window, assisted: bool) -> tuple[list[int], float, decoding.DraftCounts]:
         inputs = transcriber.processor.feature_extractor(
             window.samples, sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=True
         )
@@ -101,9 +100,9 @@ def main() -> None:
         encoder_before = timers.seconds["encoder"]
         started = time.perf_counter()
         output = model.generate(features, attention_mask=inputs.attention_mask.to(transcriber.device), **options)
-        wall = time.perf_counter() - started
+        decoder = time.perf_counter() - started - (timers.seconds["encoder"] - encoder_before)
         tokens = [t for segment in output["segments"][0] for t in segment["tokens"].tolist()]
-        return tokens, wall, wall - (timers.seconds["encoder"] - encoder_before), counts
+        return tokens, decoder, counts
 
     generate(split_windows(decode(pyannote_sample_path().read_bytes(), 60).waveform[: 5 * SAMPLE_RATE], 30)[0], True)
     header = f"{'file':<14} {'win':>3} {'tokens':>6} {'plain s':>8} {'assisted s':>10} {'ratio':>6} {'accept':>7} same"
@@ -118,9 +117,9 @@ def main() -> None:
         tokens = drafted = accepted = 0
         same = True
         for window in windows:
-            plain_tokens, _, plain_decoder, _ = generate(window, assisted=False)
+            plain_tokens, plain_decoder, _ = generate(window, assisted=False)
             timers.reset()
-            assisted_tokens, _, assisted_decoder, counts = generate(window, assisted=True)
+            assisted_tokens, assisted_decoder, counts = generate(window, assisted=True)
             for name, seconds in timers.seconds.items():
                 profile[name] += seconds
                 calls[name] += timers.calls[name]
