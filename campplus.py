@@ -3,16 +3,22 @@
 pyannote's diarization pipeline asks its embedding model for one embedding per (window, local speaker),
 passing per-frame speaker ``weights``. This model honours them: Kaldi fbank features go through the CAM++
 network up to its statistics pooling, which is replaced by pyannote's weighted statistics pooling.
-Whole batches of windows are processed at once.
+
+Windows overlap (pyannote's step is a tenth of its 10 s window), so running the network on every window computes
+each second of audio ten times. ``embed_recording`` runs it once over the recording instead, in 6 s tiles that
+overlap by a margin, and pools each window's frames from the result: about 3x less diarization time.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import lightning
+import numpy as np
 import torch
 import torchaudio.compliance.kaldi as kaldi
 from pyannote.audio import Model
@@ -23,6 +29,13 @@ from speakerlab.models.campplus.DTDNN import CAMPPlus
 # pyannote probes the shortest input an embedding model accepts with inputs of a frame or two, whose unweighted
 # standard deviation is undefined; the probe expects that and so do we.
 warnings.filterwarnings("ignore", message=r"std\(\): degrees of freedom", category=UserWarning)
+
+FRAME_SECONDS = 0.02
+"""Hop of the CAM++ frame features: 10 ms fbank frames, halved by the trunk's first strided layer."""
+TILE_SECONDS = 6.0
+"""Audio the trunk sees at once in ``embed_recording`` (chosen by DER on bench/corpus: 4, 5, 6, 8 and 10 s tried)."""
+TILE_MARGIN_SECONDS = 1.0
+"""Context on each side of a tile whose frames are dropped, so no kept frame sits at a tile's edge."""
 
 
 class CAMPPlusEmbedding(Model):
@@ -79,6 +92,66 @@ class CAMPPlusEmbedding(Model):
         distinct[1:] = (waveforms[1:] != waveforms[:-1]).flatten(1).any(dim=1)
         frames = self.trunk(waveforms[distinct])[torch.cumsum(distinct, dim=0) - 1]
         return self.campplus.xvector.dense(self.pooling(frames, weights=weights))
+
+    @torch.inference_mode()
+    def embed_recording(
+        self,
+        waveform: torch.Tensor,
+        starts: np.ndarray,
+        duration: float,
+        weights: np.ndarray,
+        batch_size: int = 32,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> np.ndarray:
+        """Embeddings of the windows ``[start, start + duration)`` of one recording, one per (window, speaker).
+
+        ``waveform``: (1, samples); ``weights``: (windows, speakers, frames) per-frame speaker weights of each window.
+        Returns (windows, speakers, dimension). ``progress(completed, total)`` follows the tile batches.
+        """
+        window_frames = self.num_frames(round(duration * self.hparams.sample_rate))
+        first_frames = np.round(np.asarray(starts) / FRAME_SECONDS).astype(int)
+        features = self.recording_features(waveform[0], int(first_frames[-1]) + window_frames, batch_size, progress)
+        weights = torch.from_numpy(weights)
+        embeddings = []
+        for batch in range(0, len(first_frames), batch_size):
+            frames = torch.stack([features[:, f : f + window_frames] for f in first_frames[batch : batch + batch_size]])
+            stats = self.pooling(frames, weights=weights[batch : batch + batch_size].to(frames.device))
+            embeddings.append(self.campplus.xvector.dense(stats.flatten(0, 1)).unflatten(0, stats.shape[:2]))
+        return torch.cat(embeddings).cpu().numpy()
+
+    def recording_features(
+        self,
+        waveform: torch.Tensor,
+        num_frames: int,
+        batch_size: int,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> torch.Tensor:
+        """(samples,) waveform -> (channels, num_frames) trunk features; frame ``i`` is centred near ``i * 20 ms``.
+
+        Tiles start every ``TILE_SECONDS - 2 * TILE_MARGIN_SECONDS`` and keep their middle frames. The recording is
+        extended by reflection so that the first and last tiles see speech-like context, not digital silence.
+        """
+        sample_rate = self.hparams.sample_rate
+        tile, margin = round(TILE_SECONDS * sample_rate), round(TILE_MARGIN_SECONDS * sample_rate)
+        hop = tile - 2 * margin
+        kept, skipped = round(hop / sample_rate / FRAME_SECONDS), round(TILE_MARGIN_SECONDS / FRAME_SECONDS)
+        num_tiles = math.ceil(num_frames / kept)
+        samples = waveform.cpu().numpy()[: num_tiles * hop + margin]
+        padded = np.pad(samples, (margin, num_tiles * hop + margin - len(samples)), mode="reflect")
+        tiles = torch.from_numpy(padded).to(waveform.device).unfold(0, tile, hop)[:num_tiles]
+        features = []
+        for batch in range(0, num_tiles, batch_size):
+            frames = self.trunk(tiles[batch : batch + batch_size, None])
+            features.extend(frames[:, :, skipped : skipped + kept])
+            if progress is not None:
+                progress(min(batch + batch_size, num_tiles), num_tiles)
+        return torch.cat(features, dim=-1)[:, :num_frames]
+
+    @staticmethod
+    def num_frames(num_samples: int) -> int:
+        """Frames of trunk features for ``num_samples`` of audio: 25 ms fbank frames every 10 ms, then stride 2."""
+        fbank_frames = 1 + (num_samples - 400) // 160
+        return (fbank_frames - 1) // 2 + 1
 
     def trunk(self, waveforms: torch.Tensor) -> torch.Tensor:
         """(batch, 1, samples) waveforms -> (batch, channels, frames) CAM++ frame features before pooling."""

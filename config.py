@@ -32,6 +32,11 @@ class ModelSettings(BaseSettings):
     """pyannote pipeline: a hub id (e.g. ``pyannote/speaker-diarization-community-1``) or a local folder with
     ``config.yaml``; empty = no diarization (every word gets ``speaker: null``)."""
 
+    diarization_single_pass: bool = False
+    """CAM++ pipelines (the offline default) only: run the embedding network once over the recording, in 6 s tiles,
+    instead of once per 10 s window. About 3x less diarization time; speaker changes move by a word or two on
+    some recordings (see the README's "Quality and speed")."""
+
     hf_token: SecretStr | None = None
     """Hugging Face token, needed for gated models such as pyannote's pipelines."""
 

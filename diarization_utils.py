@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -10,8 +11,10 @@ import torch
 from pyannote.audio import Pipeline
 from pyannote.audio.core.plda import PLDA
 from pyannote.audio.pipelines import SpeakerDiarization as PyannoteSpeakerDiarization
+from pyannote.core import SlidingWindowFeature
 
 from audio import SAMPLE_RATE
+from campplus import CAMPPlusEmbedding
 from errors import ModelLoadError
 
 Progress = Callable[[str, int, int], None]
@@ -32,12 +35,57 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
     """pyannote's speaker diarization for embeddings that come without a PLDA (e.g. CAM++).
 
     ``plda=None`` is allowed with any clustering but ``VBxClustering``, which needs a trained PLDA.
+    With ``single_pass`` set (CAM++ only, see ``load_pipeline``), the embedding network runs once over the
+    recording instead of once per window (``CAMPPlusEmbedding.embed_recording``).
     """
+
+    single_pass = False
 
     def __init__(self, *, plda=None, clustering: str = "AgglomerativeClustering", **kwargs):
         if plda is None and clustering == "VBxClustering":
             raise ValueError("VBxClustering needs a PLDA")
         super().__init__(plda=NoPLDA() if plda is None else plda, clustering=clustering, **kwargs)
+
+    @property
+    def embedding_model(self) -> torch.nn.Module | None:
+        return getattr(self._embedding, "model_", None)
+
+    def get_embeddings(
+        self,
+        file,
+        binary_segmentations: SlidingWindowFeature,
+        exclude_overlap: bool = False,
+        hook: Callable | None = None,
+    ) -> np.ndarray:
+        """(windows, local speakers, dimension) embeddings as pyannote's; with ``single_pass``, from one CAM++ pass."""
+        if self.training or not self.single_pass:
+            return super().get_embeddings(file, binary_segmentations, exclude_overlap=exclude_overlap, hook=hook)
+        model = self.embedding_model
+        window = binary_segmentations.sliding_window
+        masks = np.nan_to_num(binary_segmentations.data, nan=0.0).astype(np.float32)
+        if exclude_overlap:
+            # As pyannote: leave out overlapped frames unless too little of the speaker would remain.
+            num_frames = masks.shape[1]
+            min_num_frames = math.ceil(
+                num_frames * self._embedding.min_num_samples / (window.duration * self._embedding.sample_rate)
+            )
+            clean = masks * (masks.sum(axis=2, keepdims=True) < 2)
+            masks = np.where(clean.sum(axis=1, keepdims=True) > min_num_frames, clean, masks)
+        waveform, _ = self._audio(file)
+        starts = window.start + window.step * np.arange(len(masks))
+
+        def progress(completed: int, total: int) -> None:
+            if hook is not None:
+                hook("embeddings", None, total=total, completed=completed)
+
+        return model.embed_recording(
+            waveform.to(model.device),
+            starts,
+            window.duration,
+            masks.transpose(0, 2, 1).copy(),
+            batch_size=self.embedding_batch_size,
+            progress=progress,
+        )
 
 
 @dataclass(frozen=True)
@@ -68,14 +116,23 @@ class SpeakerSegment:
     end: float
 
 
-def load_pipeline(model: str, token: str | None, device: torch.device) -> Pipeline:
-    """Load a diarization pipeline from a hub id or a local folder holding ``config.yaml``."""
+def load_pipeline(model: str, token: str | None, device: torch.device, single_pass: bool = False) -> Pipeline:
+    """Load a diarization pipeline from a hub id or a local folder holding ``config.yaml``.
+
+    ``single_pass``: compute CAM++ embeddings in one pass over each recording (``SpeakerDiarization``).
+    """
     pipeline = Pipeline.from_pretrained(model, token=token)
     if pipeline is None:
         raise ModelLoadError(
             f"could not load the diarization pipeline {model!r}: for gated pyannote models accept their "
             "conditions on the hub and set HF_TOKEN"
         )
+    if single_pass:
+        if not (isinstance(pipeline, SpeakerDiarization) and isinstance(pipeline.embedding_model, CAMPPlusEmbedding)):
+            raise ModelLoadError(
+                f"DIARIZATION_SINGLE_PASS needs a pipeline with a CAM++ embedding (the offline default), not {model!r}"
+            )
+        pipeline.single_pass = True
     return pipeline.to(device)
 
 

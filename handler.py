@@ -39,7 +39,9 @@ class EndpointHandler:
             self.settings.asr_model, self.settings.assistant_model, device, dtype, token
         )
         self.diarization = (
-            load_pipeline(self.settings.diarization_model, token, device) if self.settings.diarization_model else None
+            load_pipeline(self.settings.diarization_model, token, device, self.settings.diarization_single_pass)
+            if self.settings.diarization_model
+            else None
         )
 
     def __call__(self, data: dict, progress: Progress | None = None) -> dict:

@@ -7,6 +7,7 @@ Flows, each on the embedded default weights (tiny.en, segmentation-3.0, CAM++) a
 (flow, recording), so that peak RSS is that recording's. Each flow is given the file's bytes and decodes them
 inside the timed call; the timed request follows a 5 s warm-up request:
 - ``endpoint``: this project's ``EndpointHandler``.
+- ``1-pass``: the same with ``DIARIZATION_SINGLE_PASS`` (CAM++ run once over the recording).
 - ``peer``: the sequential design this project replaces: transformers' chunked ASR pipeline (30 s chunks,
   batch 8), then pyannote's pipeline, then each chunk given the speaker whose turn ends closest to its end.
 - ``whisperx``: a WhisperX-style flow: faster-whisper (CTranslate2, int8, the same tiny.en weights) with word
@@ -23,6 +24,7 @@ import resource
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -35,7 +37,9 @@ from audio import SAMPLE_RATE, decode
 from cli import pyannote_sample_path
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
-FLOWS = ("endpoint", "peer", "whisperx")
+FLOWS = ("endpoint", "1-pass", "peer", "whisperx")
+"""The endpoint flows run on every length, the baselines up to ``--baselines-up-to`` minutes."""
+ENDPOINT_FLOWS = 2
 _WARM_UP_S = 5
 _MAX_DURATION_S = 7200
 
@@ -69,10 +73,11 @@ def _diarize(pipeline, waveform: np.ndarray) -> list[tuple[float, float, str]]:
     return [(turn.start, turn.end, str(speaker)) for turn, _, speaker in annotation.itertracks(yield_label=True)]
 
 
-def endpoint_flow():
+def endpoint_flow(diarization_single_pass: bool = False):
+    from config import ModelSettings
     from handler import EndpointHandler
 
-    handler = EndpointHandler()
+    handler = EndpointHandler(settings=ModelSettings(diarization_single_pass=diarization_single_pass))
     return lambda data: handler({"inputs": data})
 
 
@@ -129,7 +134,8 @@ def measure(flow: str, audio: Path) -> dict:
     waveform = decode(data, _MAX_DURATION_S).waveform
     warm_up = io.BytesIO()
     write_wav(warm_up, waveform[: _WARM_UP_S * SAMPLE_RATE])
-    run = {"endpoint": endpoint_flow, "peer": peer_flow, "whisperx": whisperx_flow}[flow]()
+    flows = {"endpoint": endpoint_flow, "1-pass": partial(endpoint_flow, True), "peer": peer_flow}
+    run = {**flows, "whisperx": whisperx_flow}[flow]()
     run(warm_up.getvalue())
     started = time.perf_counter()
     run(data)
@@ -152,7 +158,7 @@ def main() -> None:
     print("{:10s} {:9s} {:>8s} {:>8s} {:>6s} {:>12s} {:>11s}".format(*header))
     for name, audio, minutes in recordings:
         endpoint_wall = None
-        for flow in FLOWS if minutes <= args.baselines_up_to else FLOWS[:1]:
+        for flow in FLOWS if minutes <= args.baselines_up_to else FLOWS[:ENDPOINT_FLOWS]:
             command = [sys.executable, __file__, "--measure", flow, str(audio)]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             result = json.loads(output.strip().splitlines()[-1])

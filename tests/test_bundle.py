@@ -86,3 +86,37 @@ def test_campplus_honours_speaker_weights_and_batches(sample_waveform):
         alone = torch.cat([model(window, weights=first_half), model(window, weights=second_half)])
     torch.testing.assert_close(batch, alone, atol=1e-4, rtol=1e-4)
     assert not torch.allclose(batch[0], batch[1], atol=1e-2)  # the weights decide which speech is pooled
+
+
+def test_campplus_one_pass_over_the_recording_matches_per_window_embeddings(sample_waveform):
+    from pyannote.audio import Model
+
+    model = Model.from_pretrained(BUNDLE_DIR / offline_bundle.DIARIZATION_DIR_NAME / "embedding").eval()
+    for samples in (16000, 99999, 160000, 160320):
+        assert model.num_frames(samples) == model.trunk(torch.zeros(1, 1, samples)).shape[-1]
+    starts = np.arange(7.5, 21.0, 2.5)  # windows full of speech
+    weights = np.zeros((len(starts), 2, 589), dtype=np.float32)
+    weights[:, 0, :294], weights[:, 1, 294:] = 1.0, 1.0
+    tiled = model.embed_recording(torch.from_numpy(sample_waveform)[None], starts, 10.0, weights)
+    windows = torch.stack([torch.from_numpy(sample_waveform[round(s * 16000) :][:160000]) for s in starts])
+    with torch.inference_mode():
+        exact = torch.stack([model(windows[:, None], weights=torch.from_numpy(weights[:, i])) for i in range(2)], 1)
+    cosine = torch.nn.functional.cosine_similarity(torch.from_numpy(tiled), exact, dim=-1)
+    assert cosine.min() > 0.9, cosine
+
+
+def test_single_pass_diarization_finds_the_sample_speakers(sample, sample_waveform):
+    from pyannote.core import Annotation, Segment
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    from diarization_utils import diarize, load_pipeline
+
+    folder = BUNDLE_DIR / offline_bundle.DIARIZATION_DIR_NAME
+    diarization = diarize(load_pipeline(str(folder), None, torch.device("cpu"), single_pass=True), sample_waveform)
+    reference, hypothesis = Annotation(), Annotation()
+    for speaker, start, end, _ in sample.turns:
+        reference[Segment(start, end)] = speaker
+    for turn in diarization.turns:
+        hypothesis[Segment(turn.start, turn.end)] = turn.speaker
+    assert len(hypothesis.labels()) == 2
+    assert DiarizationErrorRate(collar=0.0)(reference, hypothesis) < 0.2  # measured: 0.10 per window, 0.13 single pass
