@@ -37,9 +37,9 @@ from audio import SAMPLE_RATE, decode
 from cli import pyannote_sample_path
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
-FLOWS = ("endpoint", "1-pass", "peer", "whisperx")
-"""The endpoint flows run on every length, the baselines up to ``--baselines-up-to`` minutes."""
-ENDPOINT_FLOWS = 2
+ENDPOINT_FLOWS = ("endpoint", "1-pass")
+"""Run on every length; the baselines only up to ``--baselines-up-to`` minutes."""
+BASELINE_FLOWS = ("peer", "whisperx")
 _WARM_UP_S = 5
 _MAX_DURATION_S = 7200
 
@@ -134,8 +134,13 @@ def measure(flow: str, audio: Path) -> dict:
     waveform = decode(data, _MAX_DURATION_S).waveform
     warm_up = io.BytesIO()
     write_wav(warm_up, waveform[: _WARM_UP_S * SAMPLE_RATE])
-    flows = {"endpoint": endpoint_flow, "1-pass": partial(endpoint_flow, True), "peer": peer_flow}
-    run = {**flows, "whisperx": whisperx_flow}[flow]()
+    flows = {
+        "endpoint": endpoint_flow,
+        "1-pass": partial(endpoint_flow, True),
+        "peer": peer_flow,
+        "whisperx": whisperx_flow,
+    }
+    run = flows[flow]()
     run(warm_up.getvalue())
     started = time.perf_counter()
     run(data)
@@ -158,7 +163,7 @@ def main() -> None:
     print("{:10s} {:9s} {:>8s} {:>8s} {:>6s} {:>12s} {:>11s}".format(*header))
     for name, audio, minutes in recordings:
         endpoint_wall = None
-        for flow in FLOWS if minutes <= args.baselines_up_to else FLOWS[:ENDPOINT_FLOWS]:
+        for flow in ENDPOINT_FLOWS + (BASELINE_FLOWS if minutes <= args.baselines_up_to else ()):
             command = [sys.executable, __file__, "--measure", flow, str(audio)]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             result = json.loads(output.strip().splitlines()[-1])
