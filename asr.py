@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -15,13 +15,14 @@ from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, token_times
 from audio import SAMPLE_RATE
 from config import InferenceConfig
 from decoding import DraftCounts, WeightMajorProjection, WhisperForDraftedGeneration
-from diarization_utils import Chunk, Progress
+from diarization_utils import Chunk, Progress, Turn
 from errors import InvalidParametersError, ModelLoadError
 
 _QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the last seconds of each window
 _ENERGY_FRAME_S = 0.02
 _ENERGY_SMOOTHING_S = 0.2
 _MAX_MEDIAN_WORD_S = 0.7  # a word lasts at most twice its segment's median word duration (median capped at this)
+_SPEECH_MARGIN_S = 0.5  # word timings from the alignment lag or lead the diarization's speech turns by up to this
 
 
 @dataclass(frozen=True)
@@ -56,17 +57,51 @@ class Decoding:
 
 
 @dataclass(frozen=True)
-class Transcript:
-    """What Whisper heard, in time order: segments (``chunks``), the same text as ``words``, and the language."""
+class Segment:
+    """A Whisper segment: its text and timestamps (``chunk``) and its words."""
 
-    chunks: list[Chunk]
+    chunk: Chunk
     words: list[Chunk]
+
+    def is_near(self, turns: Sequence[Turn], margin_s: float) -> bool:
+        """Whether a word of this segment lies within ``margin_s`` of one of the speech ``turns``."""
+        return any(
+            word.start < turn.end + margin_s and turn.start - margin_s < word.end
+            for word in self.words
+            for turn in turns
+        )
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What Whisper heard, in time order: its segments with their words, and the language.
+
+    ``language_probability``: the detected language's probability among the model's languages; 1.0 when the
+    language was given or the model is English-only.
+    """
+
+    segments: list[Segment]
     language: str
+    language_probability: float
     decoding: Decoding
 
     @property
+    def chunks(self) -> list[Chunk]:
+        return [segment.chunk for segment in self.segments]
+
+    @property
+    def words(self) -> list[Chunk]:
+        return [word for segment in self.segments for word in segment.words]
+
+    @property
     def text(self) -> str:
-        return " ".join(chunk.text for chunk in self.chunks if chunk.text)
+        return " ".join(chunk.text for chunk in self.chunks)
+
+    def within_speech(self, turns: Sequence[Turn]) -> tuple[Transcript, int]:
+        """This transcript without the segments that lie away from every speech turn of the diarization (what
+        Whisper makes up from noise), and the number of segments left out."""
+        kept = [segment for segment in self.segments if segment.is_near(turns, _SPEECH_MARGIN_S)]
+        return replace(self, segments=kept), len(self.segments) - len(kept)
 
 
 def split_windows(waveform: np.ndarray, max_length_s: float) -> list[Window]:
@@ -196,8 +231,8 @@ class WhisperTranscriber:
             raise InvalidParametersError(f"parameters: language {language!r} is not a language this model knows")
         return code
 
-    def _generation_options(self, config: InferenceConfig, features: torch.Tensor) -> tuple[dict, str]:
-        """Keyword arguments for ``generate`` (the assistant aside) and the recording's language."""
+    def _generation_options(self, config: InferenceConfig, features: torch.Tensor) -> tuple[dict, str, float]:
+        """Keyword arguments for ``generate`` (the assistant aside), the recording's language and its probability."""
         if config.assisted is True and self.assistant is None:
             raise InvalidParametersError(
                 "parameters: assisted decoding was asked for, but no assistant model is loaded (set ASSISTANT_MODEL)"
@@ -209,6 +244,8 @@ class WhisperTranscriber:
         }
         if config.temperature > 0:
             options.update(do_sample=True, temperature=config.temperature)
+        if config.beam_size > 1:
+            options.update(num_beams=config.beam_size)
         if not self.multilingual:
             if config.task == "translate":
                 raise InvalidParametersError(
@@ -216,20 +253,31 @@ class WhisperTranscriber:
                 )
             if config.language is not None and self.language_code(config.language) != "en":
                 raise InvalidParametersError(f"parameters: language {config.language!r}: this model is English-only")
-            return options, "en"
+            return options, "en", 1.0
         if config.language is not None:
-            language = self.language_code(config.language)
+            language, probability = self.language_code(config.language), 1.0
         else:
-            token_id = int(self.model.detect_language(features[:1])[0])
-            language = self.processor.tokenizer.convert_ids_to_tokens(token_id).strip("<|>")
+            language, probability = self._detect_language(features[:1])
         options.update(language=language, task=config.task)
-        return options, language
+        return options, language, probability
+
+    def _detect_language(self, features: torch.Tensor) -> tuple[str, float]:
+        """Whisper's language detection on one window: the most likely language token after start of transcript,
+        with its probability among the language tokens."""
+        generation = self.model.generation_config
+        start = torch.full((1, 1), generation.decoder_start_token_id, device=self.device)
+        logits = self.model(input_features=features, decoder_input_ids=start, use_cache=False).logits[0, -1]
+        language_ids = torch.tensor(list(generation.lang_to_id.values()), device=logits.device)
+        probabilities = logits[language_ids].float().softmax(dim=-1)
+        best = int(probabilities.argmax())
+        token = self.processor.tokenizer.convert_ids_to_tokens(int(language_ids[best]))
+        return token.strip("<|>"), float(probabilities[best])
 
     def _assists(self, config: InferenceConfig, batch_size: int) -> bool:
         """Whether a batch is decoded with the assistant: always when asked, for "auto" a single greedy window."""
         if self.assistant is None or config.assisted is False:
             return False
-        return config.assisted is True or (batch_size == 1 and config.temperature == 0)
+        return config.assisted is True or (batch_size == 1 and config.temperature == 0 and config.beam_size == 1)
 
     @torch.inference_mode()
     def transcribe(self, waveform: np.ndarray, config: InferenceConfig, progress: Progress | None = None) -> Transcript:
@@ -240,10 +288,9 @@ class WhisperTranscriber:
         log-probabilities of Whisper's no-speech rule.
         """
         windows = split_windows(waveform, config.chunk_length_s)
-        chunks: list[Chunk] = []
-        words: list[Chunk] = []
+        segments: list[Segment] = []
         options: dict | None = None
-        language = "en"
+        language, language_probability = "en", 1.0
         done = assisted = 0
         seconds = 0.0
         counts = self.model.count_drafts() if self.assistant is not None else DraftCounts()
@@ -256,7 +303,7 @@ class WhisperTranscriber:
             )
             features = inputs.input_features.to(self.device, self.dtype)
             if options is None:
-                options, language = self._generation_options(config, features)
+                options, language, language_probability = self._generation_options(config, features)
                 prompt = self._prompt(language, config.task)
             assistant = {"assistant_model": self.assistant} if self._assists(config, len(batch)) else {}
             assisted += len(batch) if assistant else 0
@@ -270,15 +317,14 @@ class WhisperTranscriber:
             dated = self._date_tokens(features, mel_frames, output["segments"], prompt, config)
             for window, window_segments in zip(batch, dated, strict=True):
                 for segment, times in window_segments:
-                    chunk, segment_words = self._segment(window, segment, times)
-                    if chunk.text:
-                        chunks.append(chunk)
-                        words.extend(segment_words)
+                    decoded = self._segment(window, segment, times)
+                    if any(character.isalnum() for character in decoded.chunk.text):  # not just "." or "..."
+                        segments.append(decoded)
             done += len(batch)
             if progress is not None:
                 progress("transcription", done, len(windows))
         decoding = Decoding(len(windows), assisted, counts.drafted, counts.accepted, seconds)
-        return Transcript(chunks, words, language, decoding)
+        return Transcript(segments, language, language_probability, decoding)
 
     def _prompt(self, language: str, task: str) -> list[int]:
         """The tokens each window starts with: start of transcript, then language and task if multilingual."""
@@ -347,8 +393,8 @@ class WhisperTranscriber:
             speech.append(float(logprobs.mean()) >= config.logprob_threshold)
         return speech
 
-    def _segment(self, window: Window, segment: dict, token_starts: np.ndarray) -> tuple[Chunk, list[Chunk]]:
-        """A Whisper segment as a chunk and its words, in recording time.
+    def _segment(self, window: Window, segment: dict, token_starts: np.ndarray) -> Segment:
+        """A Whisper segment and its words, in recording time.
 
         A word is a run of tokens starting with a space (punctuation stays with its word); it lasts from its
         first token's time to the next token's, by the cross-attention alignment (``alignment_heads``).
@@ -378,4 +424,4 @@ class WhisperTranscriber:
         start = min(float(segment["start"]), length)
         end = min(max(float(segment["end"]), start), length)
         text = " ".join(word.text for word in words)
-        return Chunk(text, round(window.offset + start, 3), round(window.offset + end, 3)), words
+        return Segment(Chunk(text, round(window.offset + start, 3), round(window.offset + end, 3)), words)

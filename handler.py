@@ -78,8 +78,14 @@ class EndpointHandler:
         except Exception as error:
             raise InferenceError(f"inference failed ({type(error).__name__})") from error
         checkpoint("merge", 0, 1)
+        warnings = []
+        if self.diarization is not None:
+            transcript, unspoken = transcript.within_speech(diarization.turns)
+            if unspoken:
+                warnings.append(f"{unspoken} transcribed segment(s) away from any detected speech were left out")
+            found = len({turn.speaker for turn in diarization.turns})
+            warnings += _speaker_count_warnings(config, found)
         word_speakers, speakers = attribute(transcript.words, diarization.turns, audio.duration)
-        found = len({turn.speaker for turn in diarization.turns})
         response = {
             "text": transcript.text,
             "chunks": [{"text": c.text, "timestamp": [c.start, c.end]} for c in transcript.chunks],
@@ -92,9 +98,10 @@ class EndpointHandler:
                 for o in diarization.overlaps
             ],
             "language": transcript.language,
+            "language_probability": round(transcript.language_probability, 3),
             "duration": round(audio.duration, 3),
             "decoding": transcript.decoding.to_dict(),
-            "warnings": _speaker_count_warnings(config, found) if self.diarization is not None else [],
+            "warnings": warnings,
             "parameters": {
                 **config.model_dump(),
                 "batch_size": config.effective_batch_size,

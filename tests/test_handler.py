@@ -27,11 +27,13 @@ def test_response_schema(sample_response):
         "speakers",
         "overlaps",
         "language",
+        "language_probability",
         "duration",
         "parameters",
         "words",
     }
     assert sample_response["language"] == "en"
+    assert sample_response["language_probability"] == 1.0  # English-only model: not detected
     assert sample_response["duration"] == 30.0
     for chunk in sample_response["chunks"]:
         assert set(chunk) == {"text", "timestamp"}
@@ -117,6 +119,24 @@ def test_silence_produces_no_text_and_no_speakers(handler):
     assert response["duration"] == 5.0
 
 
+def _noise(kind: str, seconds: float) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    white = rng.standard_normal(int(seconds * SAMPLE_RATE))
+    if kind == "white":
+        return 0.05 * white
+    brown = np.cumsum(white)
+    brown -= np.convolve(brown, np.ones(400) / 400, mode="same")  # drifts removed: a rumble
+    return 0.3 * brown / np.abs(brown).max()
+
+
+@pytest.mark.parametrize("kind", ["white", "rumble"])
+def test_noise_produces_no_invented_text(handler, kind):
+    """Whisper alone writes "I'm going to do that." on this white noise and ". . . ." on this rumble."""
+    response = handler({"inputs": encode(_noise(kind, 40), SAMPLE_RATE, "wav", "pcm_s16le")})
+    assert response["text"] == ""
+    assert response["chunks"] == response["speakers"] == []
+
+
 @pytest.mark.parametrize(
     ("data", "error", "message"),
     [
@@ -155,3 +175,11 @@ def test_bad_parameters(handler, sample, parameters, message):
 def test_english_is_accepted_by_an_english_only_model(handler, sample):
     response = handler({"inputs": sample.audio.read_bytes(), "parameters": {"language": "English"}})
     assert response["language"] == "en"
+
+
+def test_beam_search_decodes_without_the_assistant(handler, clip_wav):
+    response = handler({"inputs": clip_wav, "parameters": {"beam_size": 5}})
+    assert response["parameters"]["beam_size"] == 5
+    assert response["decoding"]["assisted"] is False
+    assert "Diane in New Jersey" in response["text"]
+    assert len({turn["speaker"] for turn in response["speakers"]}) == 2
