@@ -244,8 +244,6 @@ class WhisperTranscriber:
         }
         if config.temperature > 0:
             options.update(do_sample=True, temperature=config.temperature)
-        if config.beam_size > 1:
-            options.update(num_beams=config.beam_size)
         if not self.multilingual:
             if config.task == "translate":
                 raise InvalidParametersError(
@@ -277,7 +275,7 @@ class WhisperTranscriber:
         """Whether a batch is decoded with the assistant: always when asked, for "auto" a single greedy window."""
         if self.assistant is None or config.assisted is False:
             return False
-        return config.assisted is True or (batch_size == 1 and config.temperature == 0 and config.beam_size == 1)
+        return config.assisted is True or (batch_size == 1 and config.temperature == 0)
 
     @torch.inference_mode()
     def transcribe(self, waveform: np.ndarray, config: InferenceConfig, progress: Progress | None = None) -> Transcript:

@@ -95,11 +95,7 @@ class InferenceConfig(BaseModel):
     """Audio windows decoded together; unset = 8, or 1 with ``assisted: true`` (which allows no other value)."""
 
     temperature: float = Field(default=0.0, ge=0.0, le=1.0)
-    """Sampling temperature; 0 = deterministic decoding (greedy, or beam search with ``beam_size`` > 1)."""
-
-    beam_size: int = Field(default=1, ge=1, le=10)
-    """Beam search width at temperature 0; 1 = greedy. 5 makes fewer errors on noisy or unusual voices
-    (README, "Quality and speed") and decodes about 3x slower, without the assistant."""
+    """Sampling temperature; 0 = greedy decoding (deterministic)."""
 
     assisted: Literal[True, False, "auto"] = "auto"
     """Speculative decoding with the assistant model (``ASSISTANT_MODEL``): the same text, fewer steps of the
@@ -147,10 +143,6 @@ class InferenceConfig(BaseModel):
             raise ValueError("num_speakers excludes min_speakers and max_speakers")
         if self.min_speakers is not None and self.max_speakers is not None and self.min_speakers > self.max_speakers:
             raise ValueError(f"min_speakers ({self.min_speakers}) is larger than max_speakers ({self.max_speakers})")
-        if self.beam_size > 1 and self.temperature > 0:
-            raise ValueError("beam_size applies to deterministic decoding: use temperature 0 with beam_size > 1")
-        if self.assisted is True and self.beam_size > 1:
-            raise ValueError("assisted decoding is greedy: beam_size must be 1")
         if self.assisted is True and self.batch_size not in (None, 1):
             raise ValueError(
                 f"assisted decoding decodes one window at a time: batch_size must be 1, not {self.batch_size}"

@@ -54,7 +54,6 @@ def test_parameter_defaults():
     assert config.effective_batch_size == 8
     assert config.assisted == "auto"
     assert config.chunk_length_s == 30.0
-    assert config.beam_size == 1
     assert config.return_timestamps == "chunk"
 
 
@@ -76,9 +75,6 @@ def test_unknown_parameters_are_named():
         ({"chunk_length_s": 60}, "chunk_length_s: Input should be less than or equal to 30"),
         ({"assisted": True, "batch_size": 4}, "batch_size must be 1, not 4"),
         ({"assisted": "sometimes"}, "assisted: Input should be True, False or 'auto'"),
-        ({"beam_size": 0}, "beam_size: Input should be greater than or equal to 1"),
-        ({"beam_size": 5, "temperature": 0.4}, "use temperature 0 with beam_size > 1"),
-        ({"beam_size": 5, "assisted": True}, "assisted decoding is greedy: beam_size must be 1"),
     ],
 )
 def test_invalid_parameters(parameters, message):

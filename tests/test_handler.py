@@ -175,11 +175,3 @@ def test_bad_parameters(handler, sample, parameters, message):
 def test_english_is_accepted_by_an_english_only_model(handler, sample):
     response = handler({"inputs": sample.audio.read_bytes(), "parameters": {"language": "English"}})
     assert response["language"] == "en"
-
-
-def test_beam_search_decodes_without_the_assistant(handler, clip_wav):
-    response = handler({"inputs": clip_wav, "parameters": {"beam_size": 5}})
-    assert response["parameters"]["beam_size"] == 5
-    assert response["decoding"]["assisted"] is False
-    assert "Diane in New Jersey" in response["text"]
-    assert len({turn["speaker"] for turn in response["speakers"]}) == 2
