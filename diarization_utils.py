@@ -240,7 +240,9 @@ _MAX_BOUNDARY_SHIFT_S = 0.5
 
 def _align_to_turns(segments: list[SpeakerSegment], turns: Sequence[Turn]) -> list[SpeakerSegment]:
     """Move each turn's start and end to the closest boundary of its speaker's diarization turns, when one is
-    within ``_MAX_BOUNDARY_SHIFT_S`` (the diarization places boundaries more precisely than word alignment)."""
+    within ``_MAX_BOUNDARY_SHIFT_S`` (the diarization places boundaries more precisely than word alignment), and
+    cut what still runs past the diarization turns of that speaker it overlaps (the alignment stretches a last
+    word over the pause that follows it)."""
 
     def closest(time: float, boundaries: list[float]) -> float:
         nearest = min(boundaries, key=lambda boundary: abs(boundary - time), default=time)
@@ -251,6 +253,9 @@ def _align_to_turns(segments: list[SpeakerSegment], turns: Sequence[Turn]) -> li
         own = [turn for turn in turns if turn.speaker == segment.speaker]
         start = closest(segment.start, [turn.start for turn in own])
         end = max(start, closest(segment.end, [turn.end for turn in own]))
+        held = [turn for turn in own if turn.start < end and start < turn.end]
+        if held:
+            start, end = max(start, min(turn.start for turn in held)), min(end, max(turn.end for turn in held))
         if aligned and aligned[-1].end > start:
             last = aligned[-1]
             start = max(start, last.start)

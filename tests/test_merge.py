@@ -42,7 +42,7 @@ def test_no_speaker_found_keeps_all_text():
 
 def test_null_timestamps_are_filled_from_neighbours():
     pieces = [Chunk("first", 0.0, 1.0), Chunk("second", None, None), Chunk("third", 4.0, None)]
-    turns = [Turn("A", 0.0, 2.0), Turn("B", 2.0, 10.0)]
+    turns = [Turn("A", 0.0, 1.0), Turn("B", 1.0, 10.0)]
     speakers, segments = attribute(pieces, turns, duration=10.0)
     assert speakers == ["A", "B", "B"]
     assert [(s.start, s.end) for s in segments] == [(0.0, 1.0), (1.0, 10.0)]
@@ -87,6 +87,14 @@ def test_turn_boundaries_move_to_nearby_diarization_boundaries():
     pieces = words(("Then", 1.9, 2.0), ("list.", 7.2, 7.4), ("Great,", 8.4, 8.8), ("afternoon.", 11.0, 11.8))
     _, segments = attribute(pieces, turns)
     assert [(s.speaker, s.start, s.end) for s in segments] == [("A", 1.65, 7.0), ("B", 8.05, 11.5)]
+
+
+def test_a_turn_does_not_run_past_its_speakers_speech():
+    # the alignment stretches "list." over the pause before the next speaker
+    turns = [Turn("A", 1.65, 7.0), Turn("B", 8.5, 11.5)]
+    pieces = words(("Then", 1.9, 2.0), ("list.", 7.2, 8.3), ("Great,", 8.6, 8.8))
+    _, segments = attribute(pieces, turns)
+    assert [(s.speaker, s.start, s.end) for s in segments] == [("A", 1.65, 7.0), ("B", 8.5, 8.8)]
 
 
 def test_turn_boundaries_far_from_any_diarization_boundary_keep_their_word_timing():
