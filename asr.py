@@ -15,7 +15,7 @@ from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, token_times
 from audio import SAMPLE_RATE
 from config import InferenceConfig
 from decoding import DraftCounts, WeightMajorProjection, WhisperForDraftedGeneration
-from diarization_utils import Chunk, Progress, Turn
+from diarization_utils import Chunk, Progress, Turn, TurnIndex
 from errors import InvalidParametersError, ModelLoadError
 
 _QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the last seconds of each window
@@ -63,13 +63,9 @@ class Segment:
     chunk: Chunk
     words: list[Chunk]
 
-    def is_near(self, turns: Sequence[Turn], margin_s: float) -> bool:
+    def is_near(self, turns: TurnIndex, margin_s: float) -> bool:
         """Whether a word of this segment lies within ``margin_s`` of one of the speech ``turns``."""
-        return any(
-            word.start < turn.end + margin_s and turn.start - margin_s < word.end
-            for word in self.words
-            for turn in turns
-        )
+        return any(turns.overlapping(word.start - margin_s, word.end + margin_s) for word in self.words)
 
 
 @dataclass(frozen=True)
@@ -100,7 +96,8 @@ class Transcript:
     def within_speech(self, turns: Sequence[Turn]) -> tuple[Transcript, int]:
         """This transcript without the segments that lie away from every speech turn of the diarization (what
         Whisper makes up from noise), and the number of segments left out."""
-        kept = [segment for segment in self.segments if segment.is_near(turns, _SPEECH_MARGIN_S)]
+        index = TurnIndex(turns)
+        kept = [segment for segment in self.segments if segment.is_near(index, _SPEECH_MARGIN_S)]
         return replace(self, segments=kept), len(self.segments) - len(kept)
 
 

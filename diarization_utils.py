@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -95,6 +97,46 @@ class Turn:
     speaker: str
     start: float
     end: float
+
+
+class TurnIndex:
+    """Speech turns sorted by start, to find the ones near a moment without scanning them all (4 hours of speech
+    have thousands of turns). Turns may overlap."""
+
+    def __init__(self, turns: Sequence[Turn]):
+        self.turns = sorted(turns, key=lambda turn: (turn.start, turn.end))
+        self._starts = [turn.start for turn in self.turns]
+        ends = [turn.end for turn in self.turns]
+        self._latest = list(itertools.accumulate(range(len(ends)), lambda i, j: j if ends[j] > ends[i] else i))
+        """``_latest[i]``: the index of the latest-ending turn among the first ``i + 1``."""
+
+    def _reaching(self, first_after: int, time: float, *, inclusive: bool) -> list[Turn]:
+        """The turns before index ``first_after`` that end after ``time`` (or at it, if ``inclusive``), in order."""
+        found = []
+        i = first_after
+        while i > 0 and self._ends_after(self.turns[self._latest[i - 1]], time, inclusive):
+            i -= 1
+            if self._ends_after(self.turns[i], time, inclusive):
+                found.append(self.turns[i])
+        return found[::-1]
+
+    @staticmethod
+    def _ends_after(turn: Turn, time: float, inclusive: bool) -> bool:
+        return turn.end >= time if inclusive else turn.end > time
+
+    def overlapping(self, start: float, end: float) -> list[Turn]:
+        """The turns that start before ``end`` and end after ``start``, in order."""
+        return self._reaching(bisect.bisect_left(self._starts, end), start, inclusive=False)
+
+    def nearest(self, time: float) -> Turn | None:
+        """The turn closest to ``time``; the most central one when several contain it."""
+        after = bisect.bisect_right(self._starts, time)
+        candidates = self._reaching(after, time, inclusive=True)
+        if after > 0:
+            candidates.append(self.turns[self._latest[after - 1]])
+        if after < len(self.turns):
+            candidates.append(self.turns[after])
+        return min(candidates, key=lambda turn: max(turn.start - time, time - turn.end), default=None)
 
 
 @dataclass(frozen=True)
@@ -203,20 +245,17 @@ def _intervals(chunks: Sequence[Chunk], duration: float) -> list[tuple[float, fl
     return intervals
 
 
-def _speaker_for(start: float, end: float, turns: Sequence[Turn]) -> str | None:
+def _speaker_for(start: float, end: float, turns: TurnIndex) -> str | None:
     """The speaker whose turns overlap [start, end] most; the nearest turn's speaker when none overlaps."""
-    if not turns:
-        return None
     overlap: dict[str, float] = {}
-    for turn in turns:
+    for turn in turns.overlapping(start, end):
         shared = min(end, turn.end) - max(start, turn.start)
         if shared > 0:
             overlap[turn.speaker] = overlap.get(turn.speaker, 0.0) + shared
     if overlap:
         return max(overlap, key=overlap.get)
-    middle = (start + end) / 2
-    nearest = min(turns, key=lambda turn: max(turn.start - middle, middle - turn.end))
-    return nearest.speaker
+    nearest = turns.nearest((start + end) / 2)
+    return None if nearest is None else nearest.speaker
 
 
 def attribute(
@@ -231,7 +270,8 @@ def attribute(
     in order; nothing is dropped.
     """
     intervals = _intervals(pieces, duration)
-    speakers = _snap_changes_to_sentence_ends(pieces, [_speaker_for(start, end, turns) for start, end in intervals])
+    index = TurnIndex(turns)
+    speakers = _snap_changes_to_sentence_ends(pieces, [_speaker_for(start, end, index) for start, end in intervals])
     return speakers, _align_to_turns(_group(pieces, speakers, intervals), turns)
 
 
@@ -245,17 +285,27 @@ def _align_to_turns(segments: list[SpeakerSegment], turns: Sequence[Turn]) -> li
     word over the pause that follows it)."""
 
     def closest(time: float, boundaries: list[float]) -> float:
-        nearest = min(boundaries, key=lambda boundary: abs(boundary - time), default=time)
+        """The nearest of the sorted ``boundaries`` (the earlier on a tie) if within reach, else ``time``."""
+        i = bisect.bisect_left(boundaries, time)
+        nearest = min(boundaries[max(0, i - 1) : i + 1], key=lambda boundary: abs(boundary - time), default=time)
         return nearest if abs(nearest - time) <= _MAX_BOUNDARY_SHIFT_S else time
 
+    by_speaker: dict[str, list[Turn]] = {}
+    for turn in turns:
+        by_speaker.setdefault(turn.speaker, []).append(turn)
+    indexes = {speaker: TurnIndex(own) for speaker, own in by_speaker.items()}
+    starts = {speaker: sorted(turn.start for turn in own) for speaker, own in by_speaker.items()}
+    ends = {speaker: sorted(turn.end for turn in own) for speaker, own in by_speaker.items()}
     aligned: list[SpeakerSegment] = []
     for segment in segments:
-        own = [turn for turn in turns if turn.speaker == segment.speaker]
-        start = closest(segment.start, [turn.start for turn in own])
-        end = max(start, closest(segment.end, [turn.end for turn in own]))
-        held = [turn for turn in own if turn.start < end and start < turn.end]
-        if held:
-            start, end = max(start, min(turn.start for turn in held)), min(end, max(turn.end for turn in held))
+        if segment.speaker not in indexes:
+            start, end = segment.start, segment.end
+        else:
+            start = closest(segment.start, starts[segment.speaker])
+            end = max(start, closest(segment.end, ends[segment.speaker]))
+            held = indexes[segment.speaker].overlapping(start, end)
+            if held:
+                start, end = max(start, min(turn.start for turn in held)), min(end, max(turn.end for turn in held))
         if aligned and aligned[-1].end > start:
             last = aligned[-1]
             start = max(start, last.start)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from diarization_utils import Chunk, Turn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diarization_utils import Chunk, Turn, TurnIndex
 from diarization_utils import attribute as attribute_pieces
 
 
@@ -101,3 +104,28 @@ def test_turn_boundaries_far_from_any_diarization_boundary_keep_their_word_timin
     turns = [Turn("A", 0.0, 10.0)]
     _, segments = attribute(words(("middle", 4.0, 4.5), ("words.", 4.6, 5.0)), turns)
     assert [(s.start, s.end) for s in segments] == [(4.0, 5.0)]
+
+
+turns = st.lists(
+    st.builds(
+        lambda speaker, start, length: Turn(speaker, start, start + length),
+        st.sampled_from("AB"),
+        st.floats(0, 60),
+        st.floats(0, 8),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(turns, st.floats(-5, 70), st.floats(0, 5))
+def test_the_turn_index_finds_what_a_full_scan_finds(diarization, start, length):
+    index, end = TurnIndex(diarization), start + length
+    in_order = sorted(diarization, key=lambda turn: (turn.start, turn.end))
+    assert index.overlapping(start, end) == [turn for turn in in_order if turn.start < end and start < turn.end]
+
+    def distance(turn):
+        return max(turn.start - start, start - turn.end)
+
+    nearest = index.nearest(start)
+    assert nearest is None if not diarization else distance(nearest) == min(map(distance, diarization))
