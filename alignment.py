@@ -9,6 +9,8 @@ median-filtered over time, the heads are averaged, and the monotonic path of lea
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,9 +32,9 @@ class DecoderPass:
 
 
 class CrossAttentionAligner:
-    """Captures the encoder output of ``generate`` and dates its tokens with a second, teacher-forced decoder pass.
+    """Keeps the encoder passes of ``generate`` and dates its tokens with a second, teacher-forced decoder pass.
 
-    Hooks stay registered for the model's lifetime and only act in the thread that turned capturing on, so
+    Hooks stay registered for the model's lifetime and only act in the thread that turned keeping on, so
     concurrent requests on the same model do not see each other's tensors.
     """
 
@@ -42,18 +44,44 @@ class CrossAttentionAligner:
         for layer, head in model.generation_config.alignment_heads:
             heads.setdefault(int(layer), []).append(int(head))
         self._local = threading.local()
-        model.get_encoder().register_forward_hook(self._keep_encoder_output)
+        model.get_encoder().register_forward_hook(self._keep_encoder_pass, with_kwargs=True)
         for layer, layer_heads in sorted(heads.items()):
             attention = model.get_decoder().layers[layer].encoder_attn
             attention.register_forward_pre_hook(self._attention_hook(layer_heads), with_kwargs=True)
 
-    def start(self) -> None:
-        """Keep the next encoder output computed in this thread (call before ``generate``)."""
-        self._local.waiting, self._local.encoder_output = True, None
+    @contextmanager
+    def keeping_encoder_passes(self) -> Iterator[None]:
+        """Keep the inputs and outputs of the encoder passes run in this thread inside the block (``generate``'s),
+        for ``encode`` to reuse."""
+        self._local.passes = []
+        try:
+            yield
+        finally:
+            self._local.passes = None
 
-    def _keep_encoder_output(self, module: torch.nn.Module, args: tuple, output) -> None:
-        if getattr(self._local, "waiting", False):
-            self._local.waiting, self._local.encoder_output = False, output.last_hidden_state
+    def _keep_encoder_pass(self, module: torch.nn.Module, args: tuple, kwargs: dict, output) -> None:
+        passes = getattr(self._local, "passes", None)
+        if passes is not None:
+            passes.append((args[0] if args else kwargs["input_features"], output.last_hidden_state))
+
+    def encode(self, features: torch.Tensor) -> torch.Tensor:
+        """The encoder output for a batch of log-mel ``features``: rows that a kept encoder pass saw as input are
+        reused (``generate`` has already encoded every window it decoded), any other is encoded."""
+        outputs: list[torch.Tensor | None] = []
+        for row in features:
+            found = (
+                output[i]
+                for inputs, output in getattr(self._local, "passes", None) or []
+                for i in range(len(inputs))
+                if torch.equal(inputs[i], row)
+            )
+            outputs.append(next(found, None))
+        missing = [i for i, output in enumerate(outputs) if output is None]
+        if missing:
+            encoded = self.model.get_encoder()(features[missing]).last_hidden_state
+            for i, output in zip(missing, encoded, strict=True):
+                outputs[i] = output
+        return torch.stack(outputs)
 
     def _attention_hook(self, heads: list[int]):
         def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
@@ -70,13 +98,8 @@ class CrossAttentionAligner:
 
         return hook
 
-    def decode(self, sequences: list[list[int]], encoder_output: torch.Tensor | None = None) -> DecoderPass:
-        """Run the decoder over each window's ``sequences`` (prompt and tokens) against ``encoder_output``,
-        by default the one kept from ``generate``."""
-        if encoder_output is None:
-            encoder_output = getattr(self._local, "encoder_output", None)
-        if encoder_output is None:
-            raise RuntimeError("no encoder output was captured; call start() before generate()")
+    def decode(self, sequences: list[list[int]], encoder_output: torch.Tensor) -> DecoderPass:
+        """Run the decoder over each window's ``sequences`` (prompt and tokens) against ``encoder_output``."""
         length = max(len(sequence) for sequence in sequences)
         pad = self.model.generation_config.eos_token_id
         ids = torch.tensor([s + [pad] * (length - len(s)) for s in sequences], device=encoder_output.device)
@@ -85,7 +108,7 @@ class CrossAttentionAligner:
             hidden = self.model.get_decoder()(input_ids=ids, encoder_hidden_states=encoder_output).last_hidden_state
             attention = torch.cat(self._local.attention, dim=1)
         finally:
-            self._local.attention, self._local.encoder_output = None, None
+            self._local.attention = None
         return DecoderPass(hidden, attention)
 
 

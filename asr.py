@@ -302,14 +302,14 @@ class WhisperTranscriber:
                 prompt = self._prompt(language, config.task)
             assistant = {"assistant_model": self.assistant} if self._assists(config, len(batch)) else {}
             assisted += len(batch) if assistant else 0
-            self.aligner.start()
-            started = time.perf_counter()
-            output = self.model.generate(
-                features, attention_mask=inputs.attention_mask.to(self.device), **options, **assistant
-            )
-            seconds += time.perf_counter() - started
             mel_frames = inputs.attention_mask.sum(dim=-1).tolist()
-            dated = self._date_tokens(features, mel_frames, output["segments"], prompt, config)
+            with self.aligner.keeping_encoder_passes():
+                started = time.perf_counter()
+                output = self.model.generate(
+                    features, attention_mask=inputs.attention_mask.to(self.device), **options, **assistant
+                )
+                seconds += time.perf_counter() - started
+                dated = self._date_tokens(features, mel_frames, output["segments"], prompt, config)
             for window, window_segments in zip(batch, dated, strict=True):
                 for segment, times in window_segments:
                     decoded = self._segment(window, segment, times)
@@ -340,13 +340,21 @@ class WhisperTranscriber:
         """Each window's segments with their tokens' start times (seconds into the window); none if non-speech.
 
         ``generate`` decodes a window in passes: when a pass ends on an unfinished segment, the next one starts
-        at that segment's opening timestamp. The first pass of every window reuses the encoder output that
-        ``generate`` computed; later passes (rare) are encoded again from the same features, cut where they start.
+        at that segment's opening timestamp, on the window's features from there on, padded with zeros (as
+        ``generate`` cuts them); the encoder outputs come from ``generate``'s own passes (``CrossAttentionAligner``).
         """
         timestamp_begin = self.model.generation_config.no_timestamps_token_id + 1
         passes = [_passes(window_segments, timestamp_begin) for window_segments in segments]
+
+        def encode(cuts: list[tuple[int, int]]) -> torch.Tensor:
+            """The encoder output of the passes starting ``seek`` mel frames into window ``i``, for each (i, seek)."""
+            inputs = [torch.nn.functional.pad(features[i, :, seek:], (0, seek)) for i, seek in cuts]
+            return self.aligner.encode(torch.stack(inputs))
+
         first_tokens = [window[0].tokens if window else [] for window in passes]
-        first = self.aligner.decode([prompt + tokens for tokens in first_tokens])
+        first = self.aligner.decode(
+            [prompt + tokens for tokens in first_tokens], encode([(i, 0) for i in range(len(passes))])
+        )
         speech = self._is_speech(first.hidden, prompt, first_tokens, config)
         dated: list[list[tuple[dict, np.ndarray]]] = []
         later: list[tuple[int, _Pass]] = []
@@ -356,12 +364,7 @@ class WhisperTranscriber:
                 dated[i].extend(window[0].dated_segments(first.attention[i, :, len(prompt) :], mel_frames[i]))
                 later.extend((i, decoding_pass) for decoding_pass in window[1:])
         if later:
-            length = features.shape[-1]
-            cuts = [
-                torch.nn.functional.pad(features[i, :, p.seek : mel_frames[i]], (0, length - mel_frames[i] + p.seek))
-                for i, p in later
-            ]
-            encoder_output = self.model.get_encoder()(torch.stack(cuts)).last_hidden_state
+            encoder_output = encode([(i, p.seek) for i, p in later])
             decoded = self.aligner.decode([prompt + p.tokens for _, p in later], encoder_output)
             for row, (i, p) in enumerate(later):
                 dated[i].extend(p.dated_segments(decoded.attention[row, :, len(prompt) :], mel_frames[i]))
