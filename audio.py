@@ -8,6 +8,7 @@ import io
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import av
 import numpy as np
@@ -17,6 +18,13 @@ from errors import AudioTooLongError, AudioTooShortError, InvalidAudioError
 SAMPLE_RATE = 16000
 MIN_DURATION_S = 0.1
 _DATA_URI = re.compile(r"^data:[\w.+-]+/[\w.+-]+(;[\w-]+=[\w.-]+)*;base64,", re.ASCII)
+
+
+def pyannote_sample_path() -> Path:
+    """pyannote.audio's sample recording: a real 30 s two-speaker telephone call, with reference turns beside it."""
+    import pyannote.audio
+
+    return Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
 
 
 @dataclass(frozen=True)

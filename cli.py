@@ -15,15 +15,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from audio import pyannote_sample_path
 from config import InferenceConfig, ServerSettings
 from errors import EndpointError
 from formats import WRITERS
-
-
-def pyannote_sample_path() -> Path:
-    import pyannote.audio
-
-    return Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
 
 
 def _add_parameter_options(parser: argparse.ArgumentParser) -> None:

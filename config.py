@@ -37,6 +37,10 @@ class ModelSettings(BaseSettings):
     instead of once per 10 s window. About 3x less diarization time; speaker changes move by a word or two on
     some recordings (see the README's "Quality and speed")."""
 
+    warm_up: bool | None = None
+    """Run one request on a real recording (pyannote's 30 s sample) at load, so that the first request does not pay
+    for the device's kernel loading and selection; unset = on GPU only."""
+
     hf_token: SecretStr | None = None
     """Hugging Face token, needed for gated models such as pyannote's pipelines."""
 
@@ -74,6 +78,10 @@ class ModelSettings(BaseSettings):
         if self.dtype == "auto":
             return torch.float16 if self.torch_device.type == "cuda" else torch.float32
         return getattr(torch, self.dtype)
+
+    @property
+    def warms_up(self) -> bool:
+        return self.torch_device.type != "cpu" if self.warm_up is None else self.warm_up
 
     @property
     def token(self) -> str | None:

@@ -13,7 +13,7 @@ import torch
 import transformers
 
 from asr import WhisperTranscriber
-from audio import decode, request_bytes
+from audio import decode, pyannote_sample_path, request_bytes
 from config import InferenceConfig, ModelSettings
 from diarization_utils import NO_DIARIZATION, Progress, attribute, diarize, load_pipeline
 from errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError, RequestError
@@ -24,7 +24,8 @@ transformers.logging.disable_progress_bar()
 
 
 class EndpointHandler:
-    """Loads Whisper, the optional assistant and the diarization pipeline once; each call serves one request.
+    """Loads Whisper, the optional assistant and the diarization pipeline once (and warms them up on GPU: see
+    ``ModelSettings.warm_up``); each call serves one request.
 
     ``path`` is the repository folder the Inference Endpoints toolkit passes; models come from ``ModelSettings``.
     """
@@ -43,6 +44,10 @@ class EndpointHandler:
             if self.settings.diarization_model
             else None
         )
+        if self.settings.warms_up:
+            sample = pyannote_sample_path().read_bytes()
+            for assisted in (False, "auto"):  # both decoding paths: their first use loads different kernels
+                self({"inputs": sample, "parameters": {"assisted": assisted}})
 
     def __call__(self, data: dict, progress: Progress | None = None) -> dict:
         """``{"inputs": base64 text | bytes, "parameters": {...}}`` -> text, chunks and speaker turns.

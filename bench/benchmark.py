@@ -33,8 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 from corpus import write_wav
 
-from audio import SAMPLE_RATE, decode
-from cli import pyannote_sample_path
+from audio import SAMPLE_RATE, decode, pyannote_sample_path
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 ENDPOINT_FLOWS = ("endpoint", "1-pass")

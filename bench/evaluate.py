@@ -20,7 +20,7 @@ from metrics import annotation, cp_word_errors, normalize, texts_by_speaker, wor
 from pyannote.core import Segment, Timeline
 from pyannote.metrics.diarization import DiarizationErrorRate
 
-from cli import pyannote_sample_path
+from audio import pyannote_sample_path
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@
 # Make the three calls back to back: the machine goes back after 30 s idle, the stash with it (check says so).
 # check: reassembles and sha256-checks the carry, rebuilds the draft from Whisper (offline_bundle.build_draft), runs
 # bench/benchmark.py's measure() in a fresh process per run (endpoint on the sample and on 10 minutes, peer on the
-# sample: wall, RTF, peak RSS, peak GPU memory allocated, load and warm-up included), then tests/test_handler.py and
-# tests/test_assisted.py (ModelSettings picks cuda and float16). Log, results and junit XML land in $OUT.
+# sample: wall, RTF, peak RSS, peak GPU memory allocated, load and warm-up included), the sample request after request
+# in one process (plain against assisted), then tests/test_handler.py and tests/test_assisted.py (ModelSettings picks
+# cuda and float16). Log, results and junit XML land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -175,7 +176,7 @@ check() {
 
     echo "== benchmark (a fresh process per run)"
     local sample
-    sample=$($PY -c 'from cli import pyannote_sample_path; print(pyannote_sample_path())')
+    sample=$($PY -c 'from audio import pyannote_sample_path; print(pyannote_sample_path())')
     measure endpoint "$sample" 150
     measure endpoint bench/recordings/conversation-10min.wav 200
     measure peer "$sample" 150
@@ -189,6 +190,23 @@ for line in open(sys.argv[1]):
         continue
     print(f"{r['flow']:9s} {r['file']:26s} {r['audio_s']:8.1f} {r['wall_s']:8.2f} {r['rtf']:7.4f} "
           f"{r['peak_rss_mb']:12.0f} {r['gpu_peak_mb']!s:>12s}")
+EOF
+
+    echo "== the sample, request after request in one process (on GPU the load includes the warm-up request)"
+    timeout 200 $PY - "$sample" <<'EOF' | tee "$OUT/requests.txt" || echo "requests: exit status $?"
+import sys, time
+from pathlib import Path
+sys.path[:0] = ["."]
+started = time.perf_counter()
+from handler import EndpointHandler
+handler = EndpointHandler()
+print(f"load {time.perf_counter() - started:.2f} s")
+data = Path(sys.argv[1]).read_bytes()
+for assisted in (False, False, "auto", "auto", True):
+    started = time.perf_counter()
+    decoding = handler({"inputs": data, "parameters": {"assisted": assisted}})["decoding"]
+    print(f"assisted {assisted!s:5s}  wall {time.perf_counter() - started:6.3f} s  generate {decoding['seconds']:6.3f} s"
+          f"  assisted windows {decoding['assisted_windows']}  acceptance {decoding['acceptance_rate']}")
 EOF
 
     echo "== tests"

@@ -25,8 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
 import decoding
-from audio import SAMPLE_RATE, decode
-from cli import pyannote_sample_path
+from audio import SAMPLE_RATE, decode, pyannote_sample_path
 from config import InferenceConfig, ModelSettings
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
