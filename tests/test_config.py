@@ -47,6 +47,15 @@ def test_auto_dtype_follows_the_device():
     assert ModelSettings(device="cuda").torch_dtype == torch.float16
 
 
+def test_warm_up_defaults_to_gpu_only(monkeypatch):
+    assert not ModelSettings(device="cpu").warms_up
+    assert ModelSettings(device="cuda").warms_up
+    monkeypatch.setenv("WARM_UP", "false")
+    assert not ModelSettings(device="cuda").warms_up
+    monkeypatch.setenv("WARM_UP", "true")
+    assert ModelSettings(device="cpu").warms_up
+
+
 def test_parameter_defaults():
     config = InferenceConfig.from_parameters(None)
     assert config.task == "transcribe"
