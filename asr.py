@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -11,7 +12,7 @@ import torch
 from transformers import AutoConfig, WhisperForCausalLM, WhisperForConditionalGeneration, WhisperProcessor
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
 
-from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, token_times
+from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, DecoderPass, token_times
 from audio import SAMPLE_RATE
 from config import InferenceConfig
 from decoding import DraftCounts, WeightMajorProjection, WhisperForDraftedGeneration
@@ -23,6 +24,7 @@ _ENERGY_FRAME_S = 0.02
 _ENERGY_SMOOTHING_S = 0.2
 _MAX_MEDIAN_WORD_S = 0.7  # a word lasts at most twice its segment's median word duration (median capped at this)
 _SPEECH_MARGIN_S = 0.5  # word timings from the alignment lag or lead the diarization's speech turns by up to this
+_FALLBACK_TEMPERATURE_STEP = 0.2
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,14 @@ class Window:
 
 @dataclass(frozen=True)
 class Decoding:
-    """How the windows were decoded: how many with the assistant, its drafted and accepted tokens, the time."""
+    """How the windows were decoded: how many with the assistant, its drafted and accepted tokens, how many were
+    decoded again because their text repeated itself (temperature fallback), the time."""
 
     windows: int
     assisted_windows: int
     drafted_tokens: int
     accepted_tokens: int
+    fallback_windows: int
     seconds: float
 
     def to_dict(self) -> dict:
@@ -52,6 +56,7 @@ class Decoding:
             "drafted_tokens": self.drafted_tokens,
             "accepted_tokens": self.accepted_tokens,
             "acceptance_rate": None if rate is None else round(rate, 3),
+            "fallback_windows": self.fallback_windows,
             "seconds": round(self.seconds, 3),
         }
 
@@ -286,7 +291,7 @@ class WhisperTranscriber:
         segments: list[Segment] = []
         options: dict | None = None
         language, language_probability = "en", 1.0
-        done = assisted = 0
+        done = assisted = fallback = 0
         seconds = 0.0
         counts = self.model.count_drafts() if self.assistant is not None else DraftCounts()
         for batch in _batched(windows, config.effective_batch_size):
@@ -303,13 +308,16 @@ class WhisperTranscriber:
             assistant = {"assistant_model": self.assistant} if self._assists(config, len(batch)) else {}
             assisted += len(batch) if assistant else 0
             mel_frames = inputs.attention_mask.sum(dim=-1).tolist()
+            attention_mask = inputs.attention_mask.to(self.device)
             with self.aligner.keeping_encoder_passes():
                 started = time.perf_counter()
-                output = self.model.generate(
-                    features, attention_mask=inputs.attention_mask.to(self.device), **options, **assistant
+                output = self.model.generate(features, attention_mask=attention_mask, **options, **assistant)
+                windows_segments, redecoded = self._fall_back(
+                    features, attention_mask, output["segments"], options, prompt, config
                 )
                 seconds += time.perf_counter() - started
-                dated = self._date_tokens(features, mel_frames, output["segments"], prompt, config)
+                fallback += redecoded
+                dated = self._date_tokens(features, mel_frames, windows_segments, prompt, config)
             for window, window_segments in zip(batch, dated, strict=True):
                 for segment, times in window_segments:
                     decoded = self._segment(window, segment, times)
@@ -318,8 +326,99 @@ class WhisperTranscriber:
             done += len(batch)
             if progress is not None:
                 progress("transcription", done, len(windows))
-        decoding = Decoding(len(windows), assisted, counts.drafted, counts.accepted, seconds)
+        decoding = Decoding(len(windows), assisted, counts.drafted, counts.accepted, fallback, seconds)
         return Transcript(segments, language, language_probability, decoding)
+
+    def _fall_back(
+        self,
+        features: torch.Tensor,
+        attention_mask: torch.Tensor,
+        segments: list[list[dict]],
+        options: dict,
+        prompt: list[int],
+        config: InferenceConfig,
+    ) -> tuple[list[list[dict]], int]:
+        """Whisper's temperature fallback: windows whose text is repetitive (``compression_ratio_threshold``) are
+        decoded again with sampling at rising temperatures, without the assistant, until a decoding passes both
+        the compression and the ``logprob_threshold`` test. Returns each window's segments and how many windows
+        were decoded again."""
+        threshold = config.compression_ratio_threshold
+        failing = [i for i, window in enumerate(segments) if threshold and self._compression_ratio(window) > threshold]
+        if failing and config.no_speech_threshold is not None:  # Whisper's rule: silence is not decoded again
+            tokens, first = self._first_pass(features[failing], [segments[i] for i in failing], prompt)
+            speech = self._is_speech(first.hidden, prompt, tokens, config)
+            failing = [i for i, is_speech in zip(failing, speech, strict=True) if is_speech]
+        segments, temperature = list(segments), config.temperature
+        retried = len(failing)
+        with torch.random.fork_rng(devices=self._cuda_devices):
+            torch.manual_seed(0)  # the same request gets the same text
+            while failing and temperature < 1.0:
+                temperature = min(1.0, round(temperature + _FALLBACK_TEMPERATURE_STEP, 6))
+                failing = self._sample_again(
+                    features, attention_mask, segments, failing, temperature, options, prompt, config
+                )
+        return segments, retried
+
+    def _sample_again(
+        self,
+        features: torch.Tensor,
+        attention_mask: torch.Tensor,
+        segments: list[list[dict]],
+        failing: list[int],
+        temperature: float,
+        options: dict,
+        prompt: list[int],
+        config: InferenceConfig,
+    ) -> list[int]:
+        """Decode the ``failing`` windows with sampling at ``temperature``; a decoding that passes the compression
+        and log-probability tests replaces the window's ``segments``. Returns the windows that still fail."""
+        sampled = self.model.generate(
+            features[failing],
+            attention_mask=attention_mask[failing],
+            **{**options, "do_sample": True, "temperature": temperature},
+        )["segments"]
+        tokens, first = self._first_pass(features[failing], sampled, prompt)
+        still = []
+        for row, (i, window) in enumerate(zip(failing, sampled, strict=True)):
+            logprob = self._average_logprob(first.hidden[row], len(prompt), tokens[row])
+            if (
+                self._compression_ratio(window) <= config.compression_ratio_threshold
+                and logprob >= config.logprob_threshold
+            ):
+                segments[i] = window
+            else:
+                still.append(i)
+        return still
+
+    def _first_pass(
+        self, features: torch.Tensor, windows: list[list[dict]], prompt: list[int]
+    ) -> tuple[list[list[int]], DecoderPass]:
+        """The tokens of each window's first ``generate`` pass, and a teacher-forced decoder pass over them."""
+        tokens = [_passes(window, self._timestamp_begin)[0].tokens if window else [] for window in windows]
+        return tokens, self.aligner.decode([prompt + t for t in tokens], self.aligner.encode(features))
+
+    @property
+    def _cuda_devices(self) -> list[int]:
+        if self.device.type != "cuda":
+            return []
+        return [torch.cuda.current_device() if self.device.index is None else self.device.index]
+
+    @property
+    def _timestamp_begin(self) -> int:
+        return self.model.generation_config.no_timestamps_token_id + 1
+
+    def _compression_ratio(self, window: list[dict]) -> float:
+        """How much gzip shrinks the window's text: about 1.5-2 for speech, well above 2.4 for a repetition loop."""
+        tokens = [token for segment in window for token in segment["tokens"].tolist()]
+        text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).encode()
+        return len(text) / len(zlib.compress(text)) if text else 0.0
+
+    def _average_logprob(self, hidden: torch.Tensor, prompt_length: int, tokens: list[int]) -> float:
+        """Average log-probability of ``tokens`` and the end of text after them, from a teacher-forced pass's
+        last hidden states (one row per position of prompt and tokens)."""
+        scored = torch.tensor([*tokens, self.model.generation_config.eos_token_id], device=hidden.device)
+        logits = self.model.proj_out(hidden[prompt_length - 1 : prompt_length + len(tokens)])
+        return float(logits.float().log_softmax(dim=-1).gather(1, scored[:, None]).mean())
 
     def _prompt(self, language: str, task: str) -> list[int]:
         """The tokens each window starts with: start of transcript, then language and task if multilingual."""
@@ -343,8 +442,7 @@ class WhisperTranscriber:
         at that segment's opening timestamp, on the window's features from there on, padded with zeros (as
         ``generate`` cuts them); the encoder outputs come from ``generate``'s own passes (``CrossAttentionAligner``).
         """
-        timestamp_begin = self.model.generation_config.no_timestamps_token_id + 1
-        passes = [_passes(window_segments, timestamp_begin) for window_segments in segments]
+        passes = [_passes(window_segments, self._timestamp_begin) for window_segments in segments]
 
         def encode(cuts: list[tuple[int, int]]) -> torch.Tensor:
             """The encoder output of the passes starting ``seek`` mel frames into window ``i``, for each (i, seek)."""
@@ -380,16 +478,12 @@ class WhisperTranscriber:
         generation = self.model.generation_config
         no_speech_token = generation.no_timestamps_token_id - 1
         no_speech = self.model.proj_out(hidden[:, 0]).float().softmax(dim=-1)[:, no_speech_token].tolist()
-        speech = []
-        for i, window_tokens in enumerate(tokens):
-            if no_speech[i] <= config.no_speech_threshold or not window_tokens:
-                speech.append(True)
-                continue
-            scored = torch.tensor([*window_tokens, generation.eos_token_id], device=hidden.device)
-            logits = self.model.proj_out(hidden[i, len(prompt) - 1 : len(prompt) + len(window_tokens)])
-            logprobs = logits.float().log_softmax(dim=-1).gather(1, scored[:, None])
-            speech.append(float(logprobs.mean()) >= config.logprob_threshold)
-        return speech
+        return [
+            no_speech[i] <= config.no_speech_threshold
+            or not window_tokens
+            or self._average_logprob(hidden[i], len(prompt), window_tokens) >= config.logprob_threshold
+            for i, window_tokens in enumerate(tokens)
+        ]
 
     def _segment(self, window: Window, segment: dict, token_starts: np.ndarray) -> Segment:
         """A Whisper segment and its words, in recording time.

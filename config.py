@@ -120,6 +120,11 @@ class InferenceConfig(BaseModel):
     logprob_threshold: float = Field(default=-1.0, le=0.0)
     """Average token log-probability under which a decoding counts as unreliable."""
 
+    compression_ratio_threshold: float | None = Field(default=2.4, gt=1.0)
+    """A window whose text compresses better than this with gzip (a decoding stuck repeating itself) is decoded
+    again with sampling at rising temperatures (0.2 up to 1.0, Whisper's fallback) until a decoding is neither
+    repetitive nor below ``logprob_threshold``; if none is, the first decoding stays. Unset = never."""
+
     return_timestamps: Literal["chunk", "word"] = "chunk"
     """``word`` adds ``words: [{word, start, end, speaker}]`` to the response."""
 

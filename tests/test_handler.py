@@ -11,6 +11,7 @@ from conftest import SAMPLE_RATE, encode
 from evaluate import score
 from metrics import normalize
 
+from config import InferenceConfig
 from errors import AudioTooShortError, InvalidAudioError, InvalidParametersError, RequestError
 
 
@@ -135,6 +136,30 @@ def test_noise_produces_no_invented_text(handler, kind):
     response = handler({"inputs": encode(_noise(kind, 40), SAMPLE_RATE, "wav", "pcm_s16le")})
     assert response["text"] == ""
     assert response["chunks"] == response["speakers"] == []
+
+
+def _slowed(waveform: np.ndarray, seconds: float, factor: float) -> np.ndarray:
+    """The first ``seconds`` of a recording played ``factor`` times slower (linear interpolation)."""
+    n = int(seconds * SAMPLE_RATE)
+    return np.interp(np.arange(0, n, 1 / factor), np.arange(n), waveform[:n]).astype(np.float32)
+
+
+def test_a_repetition_loop_on_non_speech_is_dropped_not_decoded_again(handler, sample_waveform):
+    """At half speed tiny.en loops ("I'm going to go to the next one." x3, then "whoa, whoa, ..."; gzip ratio 18);
+    Whisper's no-speech rule finds the window to be non-speech, so it is neither kept nor sampled again."""
+    transcript = handler.transcriber.transcribe(_slowed(sample_waveform, 15, 2.0), InferenceConfig())
+    assert transcript.text == ""
+    assert transcript.decoding.fallback_windows == 0
+
+
+def test_a_repetitive_decoding_is_sampled_again_and_kept_when_nothing_better_comes(handler, sample_waveform):
+    """With the threshold below any real text's compression ratio, every sampled decoding fails too: the window
+    counts as decoded again and Whisper's greedy decoding stays."""
+    clip = sample_waveform[: 10 * SAMPLE_RATE]
+    greedy = handler.transcriber.transcribe(clip, InferenceConfig())
+    strict = handler.transcriber.transcribe(clip, InferenceConfig(compression_ratio_threshold=1.01))
+    assert (greedy.decoding.fallback_windows, strict.decoding.fallback_windows) == (0, 1)
+    assert strict.text == greedy.text and "Hello" in greedy.text
 
 
 @pytest.mark.parametrize(
