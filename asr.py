@@ -348,6 +348,8 @@ class WhisperTranscriber:
             tokens, first = self._first_pass(features[failing], [segments[i] for i in failing], prompt)
             speech = self._is_speech(first.hidden, prompt, tokens, config)
             failing = [i for i, is_speech in zip(failing, speech, strict=True) if is_speech]
+        if not failing:
+            return segments, 0
         segments, temperature = list(segments), config.temperature
         retried = len(failing)
         with torch.random.fork_rng(devices=self._cuda_devices):

@@ -38,8 +38,8 @@ class ModelSettings(BaseSettings):
     some recordings (see the README's "Quality and speed")."""
 
     warm_up: bool | None = None
-    """Run one request on a real recording (pyannote's 30 s sample) at load, so that the first request does not pay
-    for the device's kernel loading and selection; unset = on GPU only."""
+    """Run a real recording (pyannote's 30 s sample) through the endpoint at load, with plain and with assisted
+    decoding, so that the first request does not pay for loading the device's kernels; unset = on GPU only."""
 
     hf_token: SecretStr | None = None
     """Hugging Face token, needed for gated models such as pyannote's pipelines."""
