@@ -192,7 +192,7 @@ for line in open(sys.argv[1]):
           f"{r['peak_rss_mb']:12.0f} {r['gpu_peak_mb']!s:>12s}")
 EOF
 
-    echo "== the sample, request after request in one process (on GPU the load includes the warm-up request)"
+    echo "== the sample, request after request in one process (on GPU the load includes the warm-up requests)"
     timeout 200 $PY - "$sample" <<'EOF' | tee "$OUT/requests.txt" || echo "requests: exit status $?"
 import sys, time
 from pathlib import Path
