@@ -446,15 +446,7 @@ class WhisperTranscriber:
         """
         passes = [_passes(window_segments, self._timestamp_begin) for window_segments in segments]
 
-        def encode(cuts: list[tuple[int, int]]) -> torch.Tensor:
-            """The encoder output of the passes starting ``seek`` mel frames into window ``i``, for each (i, seek)."""
-            inputs = [torch.nn.functional.pad(features[i, :, seek:], (0, seek)) for i, seek in cuts]
-            return self.aligner.encode(torch.stack(inputs))
-
-        first_tokens = [window[0].tokens if window else [] for window in passes]
-        first = self.aligner.decode(
-            [prompt + tokens for tokens in first_tokens], encode([(i, 0) for i in range(len(passes))])
-        )
+        first_tokens, first = self._first_pass(features, segments, prompt)
         speech = self._is_speech(first.hidden, prompt, first_tokens, config)
         dated: list[list[tuple[dict, np.ndarray]]] = []
         later: list[tuple[int, _Pass]] = []
@@ -464,7 +456,8 @@ class WhisperTranscriber:
                 dated[i].extend(window[0].dated_segments(first.attention[i, :, len(prompt) :], mel_frames[i]))
                 later.extend((i, decoding_pass) for decoding_pass in window[1:])
         if later:
-            encoder_output = encode([(i, p.seek) for i, p in later])
+            cuts = [torch.nn.functional.pad(features[i, :, p.seek :], (0, p.seek)) for i, p in later]
+            encoder_output = self.aligner.encode(torch.stack(cuts))
             decoded = self.aligner.decode([prompt + p.tokens for _, p in later], encoder_output)
             for row, (i, p) in enumerate(later):
                 dated[i].extend(p.dated_segments(decoded.attention[row, :, len(prompt) :], mel_frames[i]))

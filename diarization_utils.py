@@ -101,11 +101,12 @@ class Turn:
 
 class TurnIndex:
     """Speech turns sorted by start, to find the ones near a moment without scanning them all (4 hours of speech
-    have thousands of turns). Turns may overlap."""
+    have thousands of turns). Turns may overlap. ``starts`` and ``ends`` are their boundaries, sorted."""
 
     def __init__(self, turns: Sequence[Turn]):
         self.turns = sorted(turns, key=lambda turn: (turn.start, turn.end))
-        self._starts = [turn.start for turn in self.turns]
+        self.starts = [turn.start for turn in self.turns]
+        self.ends = sorted(turn.end for turn in self.turns)
         ends = [turn.end for turn in self.turns]
         self._latest = list(itertools.accumulate(range(len(ends)), lambda i, j: j if ends[j] > ends[i] else i))
         """``_latest[i]``: the index of the latest-ending turn among the first ``i + 1``."""
@@ -126,11 +127,11 @@ class TurnIndex:
 
     def overlapping(self, start: float, end: float) -> list[Turn]:
         """The turns that start before ``end`` and end after ``start``, in order."""
-        return self._reaching(bisect.bisect_left(self._starts, end), start, inclusive=False)
+        return self._reaching(bisect.bisect_left(self.starts, end), start, inclusive=False)
 
     def nearest(self, time: float) -> Turn | None:
         """The turn closest to ``time``; the most central one when several contain it."""
-        after = bisect.bisect_right(self._starts, time)
+        after = bisect.bisect_right(self.starts, time)
         candidates = self._reaching(after, time, inclusive=True)
         if after > 0:
             candidates.append(self.turns[self._latest[after - 1]])
@@ -290,20 +291,18 @@ def _align_to_turns(segments: list[SpeakerSegment], turns: Sequence[Turn]) -> li
         nearest = min(boundaries[max(0, i - 1) : i + 1], key=lambda boundary: abs(boundary - time), default=time)
         return nearest if abs(nearest - time) <= _MAX_BOUNDARY_SHIFT_S else time
 
-    by_speaker: dict[str, list[Turn]] = {}
-    for turn in turns:
-        by_speaker.setdefault(turn.speaker, []).append(turn)
-    indexes = {speaker: TurnIndex(own) for speaker, own in by_speaker.items()}
-    starts = {speaker: sorted(turn.start for turn in own) for speaker, own in by_speaker.items()}
-    ends = {speaker: sorted(turn.end for turn in own) for speaker, own in by_speaker.items()}
+    own_turns = {
+        speaker: TurnIndex([t for t in turns if t.speaker == speaker]) for speaker in {t.speaker for t in turns}
+    }
     aligned: list[SpeakerSegment] = []
     for segment in segments:
-        if segment.speaker not in indexes:
+        own = own_turns.get(segment.speaker)
+        if own is None:
             start, end = segment.start, segment.end
         else:
-            start = closest(segment.start, starts[segment.speaker])
-            end = max(start, closest(segment.end, ends[segment.speaker]))
-            held = indexes[segment.speaker].overlapping(start, end)
+            start = closest(segment.start, own.starts)
+            end = max(start, closest(segment.end, own.ends))
+            held = own.overlapping(start, end)
             if held:
                 start, end = max(start, min(turn.start for turn in held)), min(end, max(turn.end for turn in held))
         if aligned and aligned[-1].end > start:
