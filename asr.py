@@ -288,6 +288,7 @@ class WhisperTranscriber:
         log-probabilities of Whisper's no-speech rule.
         """
         windows = split_windows(waveform, config.chunk_length_s)
+        context = self._prompt_tokens(config.prompt)
         segments: list[Segment] = []
         options: dict | None = None
         language, language_probability = "en", 1.0
@@ -304,25 +305,32 @@ class WhisperTranscriber:
             features = inputs.input_features.to(self.device, self.dtype)
             if options is None:
                 options, language, language_probability = self._generation_options(config, features)
-                prompt = self._prompt(language, config.task)
+            prompt, batch_options = self._prompt(language, config.task, context), options
+            if context:
+                earlier_text = torch.tensor(prompt[: prompt.index(self._start)], device=self.device)
+                batch_options = {**options, "prompt_ids": earlier_text}
             assistant = {"assistant_model": self.assistant} if self._assists(config, len(batch)) else {}
             assisted += len(batch) if assistant else 0
             mel_frames = inputs.attention_mask.sum(dim=-1).tolist()
             attention_mask = inputs.attention_mask.to(self.device)
             with self.aligner.keeping_encoder_passes():
                 started = time.perf_counter()
-                output = self.model.generate(features, attention_mask=attention_mask, **options, **assistant)
+                output = self.model.generate(features, attention_mask=attention_mask, **batch_options, **assistant)
                 windows_segments, redecoded = self._fall_back(
-                    features, attention_mask, output["segments"], options, prompt, config
+                    features, attention_mask, output["segments"], batch_options, prompt, config
                 )
                 seconds += time.perf_counter() - started
                 fallback += redecoded
                 dated = self._date_tokens(features, mel_frames, windows_segments, prompt, config)
+            heard = []
             for window, window_segments in zip(batch, dated, strict=True):
                 for segment, times in window_segments:
                     decoded = self._segment(window, segment, times)
                     if any(character.isalnum() for character in decoded.chunk.text):  # not just "." or "..."
                         segments.append(decoded)
+                        heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
+            if config.condition_on_previous_text:
+                context = [] if redecoded else context + heard
             done += len(batch)
             if progress is not None:
                 progress("transcription", done, len(windows))
@@ -409,6 +417,30 @@ class WhisperTranscriber:
     def _timestamp_begin(self) -> int:
         return self.model.generation_config.no_timestamps_token_id + 1
 
+    @property
+    def _start(self) -> int:
+        return self.model.generation_config.decoder_start_token_id
+
+    @property
+    def _end_of_text(self) -> int:
+        return self.model.generation_config.eos_token_id
+
+    @property
+    def _max_context(self) -> int:
+        """Tokens of earlier text a window may read (Whisper's: half its context, less the start-of-previous token)."""
+        return self.model.config.max_target_positions // 2 - 1
+
+    def _prompt_tokens(self, prompt: str | None) -> list[int]:
+        """The text tokens of the request's ``prompt``; an error if it is longer than a window may read."""
+        if not prompt or not prompt.strip():
+            return []
+        tokens = self.processor.tokenizer(" " + prompt.strip(), add_special_tokens=False).input_ids
+        if len(tokens) > self._max_context:
+            raise InvalidParametersError(
+                f"parameters: prompt is {len(tokens)} tokens long; Whisper reads at most {self._max_context}"
+            )
+        return tokens
+
     def _compression_ratio(self, window: list[dict]) -> float:
         """How much gzip shrinks the window's text: about 1.5-2 for speech, well above 2.4 for a repetition loop."""
         tokens = [token for segment in window for token in segment["tokens"].tolist()]
@@ -418,14 +450,16 @@ class WhisperTranscriber:
     def _average_logprob(self, hidden: torch.Tensor, prompt_length: int, tokens: list[int]) -> float:
         """Average log-probability of ``tokens`` and the end of text after them, from a teacher-forced pass's
         last hidden states (one row per position of prompt and tokens)."""
-        scored = torch.tensor([*tokens, self.model.generation_config.eos_token_id], device=hidden.device)
+        scored = torch.tensor([*tokens, self._end_of_text], device=hidden.device)
         logits = self.model.proj_out(hidden[prompt_length - 1 : prompt_length + len(tokens)])
         return float(logits.float().log_softmax(dim=-1).gather(1, scored[:, None]).mean())
 
-    def _prompt(self, language: str, task: str) -> list[int]:
-        """The tokens each window starts with: start of transcript, then language and task if multilingual."""
+    def _prompt(self, language: str, task: str, context: list[int]) -> list[int]:
+        """The tokens a window starts with: earlier text (``context``, its last ``_max_context`` tokens) after
+        start of previous, then start of transcript, then language and task if multilingual."""
         generation = self.model.generation_config
-        prompt = [generation.decoder_start_token_id]
+        prompt = [generation.prev_sot_token_id, *context[-self._max_context :]] if context else []
+        prompt.append(self._start)
         if self.multilingual:
             prompt += [generation.lang_to_id[f"<|{language}|>"], generation.task_to_id[task]]
         return prompt
@@ -470,9 +504,9 @@ class WhisperTranscriber:
         and the decoding's average log-probability (raw logits, end of text included) below ``logprob_threshold``."""
         if config.no_speech_threshold is None:
             return [True] * len(tokens)
-        generation = self.model.generation_config
-        no_speech_token = generation.no_timestamps_token_id - 1
-        no_speech = self.model.proj_out(hidden[:, 0]).float().softmax(dim=-1)[:, no_speech_token].tolist()
+        no_speech_token = self.model.generation_config.no_timestamps_token_id - 1
+        start = prompt.index(self._start)
+        no_speech = self.model.proj_out(hidden[:, start]).float().softmax(dim=-1)[:, no_speech_token].tolist()
         return [
             no_speech[i] <= config.no_speech_threshold
             or not window_tokens

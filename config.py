@@ -100,7 +100,8 @@ class InferenceConfig(BaseModel):
     """Spoken language as a code or name (``en``, ``french``); unset = detected (multilingual models)."""
 
     batch_size: int | None = Field(default=None, ge=1, le=64)
-    """Audio windows decoded together; unset = 8, or 1 with ``assisted: true`` (which allows no other value)."""
+    """Audio windows decoded together; unset = 8, or 1 with ``assisted: true`` or ``condition_on_previous_text``
+    (which allow no other value)."""
 
     temperature: float = Field(default=0.0, ge=0.0, le=1.0)
     """Sampling temperature; 0 = greedy decoding (deterministic)."""
@@ -124,6 +125,15 @@ class InferenceConfig(BaseModel):
     """A window whose text compresses better than this with gzip (a decoding stuck repeating itself) is decoded
     again with sampling at rising temperatures (0.2 up to 1.0, Whisper's fallback) until a decoding is neither
     repetitive nor below ``logprob_threshold``; if none is, the first decoding stays. Unset = never."""
+
+    prompt: str | None = Field(default=None, max_length=2000)
+    """Text Whisper reads before each window, as if it had been said just before: names, terms and spelling to
+    follow (Whisper's ``initial_prompt``; at most 223 tokens)."""
+
+    condition_on_previous_text: bool = False
+    """Each window reads the text of the windows before it (after ``prompt``; Whisper's long-form setting): more
+    consistent names and style, windows decoded one at a time. A window that needed the temperature fallback is
+    not passed on, so a repetition does not spread."""
 
     return_timestamps: Literal["chunk", "word"] = "chunk"
     """``word`` adds ``words: [{word, start, end, speaker}]`` to the response."""
@@ -156,15 +166,18 @@ class InferenceConfig(BaseModel):
             raise ValueError("num_speakers excludes min_speakers and max_speakers")
         if self.min_speakers is not None and self.max_speakers is not None and self.min_speakers > self.max_speakers:
             raise ValueError(f"min_speakers ({self.min_speakers}) is larger than max_speakers ({self.max_speakers})")
-        if self.assisted is True and self.batch_size not in (None, 1):
-            raise ValueError(
-                f"assisted decoding decodes one window at a time: batch_size must be 1, not {self.batch_size}"
-            )
+        one_at_a_time = {
+            "assisted": self.assisted is True,
+            "condition_on_previous_text": self.condition_on_previous_text,
+        }
+        for name, applies in one_at_a_time.items():
+            if applies and self.batch_size not in (None, 1):
+                raise ValueError(f"{name} decodes one window at a time: batch_size must be 1, not {self.batch_size}")
         return self
 
     @property
     def effective_batch_size(self) -> int:
-        return self.batch_size or (1 if self.assisted is True else 8)
+        return self.batch_size or (1 if self.assisted is True or self.condition_on_previous_text else 8)
 
     @classmethod
     def from_parameters(cls, parameters: object) -> InferenceConfig:

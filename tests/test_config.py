@@ -83,6 +83,7 @@ def test_unknown_parameters_are_named():
         ({"batch_size": "many"}, "batch_size: Input should be a valid integer"),
         ({"chunk_length_s": 60}, "chunk_length_s: Input should be less than or equal to 30"),
         ({"assisted": True, "batch_size": 4}, "batch_size must be 1, not 4"),
+        ({"condition_on_previous_text": True, "batch_size": 2}, "condition_on_previous_text .* must be 1, not 2"),
         ({"assisted": "sometimes"}, "assisted: Input should be True, False or 'auto'"),
     ],
 )

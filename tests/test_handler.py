@@ -162,6 +162,34 @@ def test_a_repetitive_decoding_is_sampled_again_and_kept_when_nothing_better_com
     assert strict.text == greedy.text and "Hello" in greedy.text
 
 
+def test_a_prompt_sets_the_spelling(handler, sample_waveform):
+    """Without a prompt tiny.en hears "Sheila and Texas"; a prompt with the names makes it "Sheila in Texas", and
+    the prompt itself is not part of the transcript."""
+    plain = handler.transcriber.transcribe(sample_waveform, InferenceConfig())
+    prompted = handler.transcriber.transcribe(
+        sample_waveform, InferenceConfig(prompt="Diane in New Jersey, Sheila in Texas.")
+    )
+    assert "Sheila and Texas" in plain.text
+    assert "Sheila in Texas" in prompted.text
+    assert prompted.text.count("Diane") == 1
+
+
+def test_windows_conditioned_on_the_previous_text_keep_every_word_in_order(handler, sample, sample_response):
+    """With 10 s windows each window reads the text before it, one window at a time; the transcript stays as
+    good as the default one and its words stay in time order."""
+    response = handler(
+        {
+            "inputs": sample.audio.read_bytes(),
+            "parameters": {"condition_on_previous_text": True, "chunk_length_s": 10, "return_timestamps": "word"},
+        }
+    )
+    assert response["decoding"]["windows"] >= 3
+    assert response["parameters"]["batch_size"] == 1
+    assert score(sample, response)["wer"] <= score(sample, sample_response)["wer"] + 0.05
+    starts = [word["start"] for word in response["words"]]
+    assert starts == sorted(starts)
+
+
 @pytest.mark.parametrize(
     ("data", "error", "message"),
     [
@@ -190,6 +218,7 @@ def test_sub_100_ms_audio(handler):
         ({"language": "klingon"}, "not a language this model knows"),
         ({"task": "translate"}, "English-only"),
         ({"min_speakers": 3, "max_speakers": 2}, "larger than max_speakers"),
+        ({"prompt": "Hello there. " * 100}, "prompt is 300 tokens long; Whisper reads at most 223"),
     ],
 )
 def test_bad_parameters(handler, sample, parameters, message):
