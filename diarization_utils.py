@@ -159,10 +159,11 @@ class SpeakerSegment:
     end: float
 
 
-def load_pipeline(model: str, token: str | None, device: torch.device, single_pass: bool = False) -> Pipeline:
+def load_pipeline(model: str, token: str | None, device: torch.device, single_pass: bool | None = None) -> Pipeline:
     """Load a diarization pipeline from a hub id or a local folder holding ``config.yaml``.
 
-    ``single_pass``: compute CAM++ embeddings in one pass over each recording (``SpeakerDiarization``).
+    ``single_pass``: compute CAM++ embeddings in one pass over each recording (``SpeakerDiarization``);
+    ``None``: whenever the pipeline can.
     """
     pipeline = Pipeline.from_pretrained(model, token=token)
     if pipeline is None:
@@ -170,12 +171,13 @@ def load_pipeline(model: str, token: str | None, device: torch.device, single_pa
             f"could not load the diarization pipeline {model!r}: for gated pyannote models accept their "
             "conditions on the hub and set HF_TOKEN"
         )
-    if single_pass:
-        if not (isinstance(pipeline, SpeakerDiarization) and isinstance(pipeline.embedding_model, CAMPPlusEmbedding)):
-            raise ModelLoadError(
-                f"DIARIZATION_SINGLE_PASS needs a pipeline with a CAM++ embedding (the offline default), not {model!r}"
-            )
-        pipeline.single_pass = True
+    can = isinstance(pipeline, SpeakerDiarization) and isinstance(pipeline.embedding_model, CAMPPlusEmbedding)
+    if single_pass and not can:
+        raise ModelLoadError(
+            f"DIARIZATION_SINGLE_PASS needs a pipeline with a CAM++ embedding (the offline default), not {model!r}"
+        )
+    if can:
+        pipeline.single_pass = single_pass is not False
     return pipeline.to(device)
 
 
@@ -260,7 +262,7 @@ def _speaker_for(start: float, end: float, turns: TurnIndex) -> str | None:
 
 
 def attribute(
-    pieces: Sequence[Chunk], turns: Sequence[Turn], duration: float
+    pieces: Sequence[Chunk], turns: Sequence[Turn], duration: float, overlaps: Sequence[Overlap] = ()
 ) -> tuple[list[str | None], list[SpeakerSegment]]:
     """The speaker of each piece, and the pieces joined into speaker turns.
 
@@ -272,8 +274,24 @@ def attribute(
     """
     intervals = _intervals(pieces, duration)
     index = TurnIndex(turns)
-    speakers = _snap_changes_to_sentence_ends(pieces, [_speaker_for(start, end, index) for start, end in intervals])
+    speakers = [_speaker_for(start, end, index) for start, end in intervals]
+    speakers = _snap_changes_to_sentence_ends(pieces, _keep_speaker_in_overlaps(speakers, intervals, overlaps))
     return speakers, _align_to_turns(_group(pieces, speakers, intervals), turns)
+
+
+def _keep_speaker_in_overlaps(
+    speakers: list[str | None], intervals: Sequence[tuple[float, float]], overlaps: Sequence[Overlap]
+) -> list[str | None]:
+    """A piece whose middle lies where several people talk at once, the previous piece's speaker among them,
+    stays with that speaker: Whisper follows the voice it was transcribing."""
+    speakers = list(speakers)
+    starts = [overlap.start for overlap in overlaps]
+    for i in range(1, len(speakers)):
+        middle = sum(intervals[i]) / 2
+        k = bisect.bisect_right(starts, middle) - 1
+        if k >= 0 and middle < overlaps[k].end and speakers[i - 1] in overlaps[k].speakers:
+            speakers[i] = speakers[i - 1]
+    return speakers
 
 
 _MAX_BOUNDARY_SHIFT_S = 0.5
@@ -317,17 +335,27 @@ _SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
 _MAX_WORDS_TO_SENTENCE_END = 3
 
 
+def _ends_sentence(piece: Chunk) -> bool:
+    return piece.text.rstrip().endswith(_SENTENCE_END)
+
+
 def _snap_changes_to_sentence_ends(pieces: Sequence[Chunk], speakers: list[str | None]) -> list[str | None]:
     speakers = list(speakers)
     for i in range(1, len(pieces)):
-        if speakers[i] == speakers[i - 1] or pieces[i - 1].text.rstrip().endswith(_SENTENCE_END):
+        if speakers[i] == speakers[i - 1] or _ends_sentence(pieces[i - 1]):
             continue
-        for j in range(i, min(i + _MAX_WORDS_TO_SENTENCE_END, len(pieces))):
-            if speakers[j] != speakers[i]:
-                break
-            if pieces[j].text.rstrip().endswith(_SENTENCE_END):
-                speakers[i : j + 1] = [speakers[i - 1]] * (j + 1 - i)
-                break
+        later = next(
+            (j for j in range(i, min(i + _MAX_WORDS_TO_SENTENCE_END, len(pieces))) if _ends_sentence(pieces[j])), None
+        )
+        if later is not None and all(speaker == speakers[i] for speaker in speakers[i : later + 1]):
+            speakers[i : later + 1] = [speakers[i - 1]] * (later + 1 - i)
+            continue
+        earlier = next(
+            (j for j in range(i - 2, max(-1, i - 2 - _MAX_WORDS_TO_SENTENCE_END), -1) if _ends_sentence(pieces[j])),
+            None,
+        )
+        if earlier is not None and all(speaker == speakers[i - 1] for speaker in speakers[earlier + 1 : i]):
+            speakers[earlier + 1 : i] = [speakers[i]] * (i - 1 - earlier)
     return speakers
 
 

@@ -333,8 +333,6 @@ async def _openai_request(form, task: str) -> tuple[bytes, str, dict, bool]:
         raise InvalidParametersError(
             "timestamp_granularities[] needs response_format 'verbose_json' or 'diarized_json'"
         )
-    if values.pop("prompt", "").strip():
-        raise InvalidParametersError("prompt: prompting is not supported by this server")
     if values.pop("stream", "false").lower() not in ("false", "0"):
         raise InvalidParametersError("stream: streaming is not supported by this server")
     if task == "translate" and "language" in values:

@@ -7,7 +7,7 @@ Flows, each on the embedded default weights (tiny.en, segmentation-3.0, CAM++) a
 (flow, recording), so that peak RSS is that recording's. Each flow is given the file's bytes and decodes them
 inside the timed call; the timed request follows a 5 s warm-up request:
 - ``endpoint``: this project's ``EndpointHandler``.
-- ``1-pass``: the same with ``DIARIZATION_SINGLE_PASS`` (CAM++ run once over the recording).
+- ``per-window``: the same with ``DIARIZATION_SINGLE_PASS=0`` (CAM++ run once per pyannote window).
 - ``peer``: the sequential design this project replaces: transformers' chunked ASR pipeline (30 s chunks,
   batch 8), then pyannote's pipeline, then each chunk given the speaker whose turn ends closest to its end.
 - ``whisperx``: a WhisperX-style flow: faster-whisper (CTranslate2, int8, the same tiny.en weights) with word
@@ -36,7 +36,7 @@ from corpus import write_wav
 from audio import SAMPLE_RATE, decode, pyannote_sample_path
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
-ENDPOINT_FLOWS = ("endpoint", "1-pass")
+ENDPOINT_FLOWS = ("endpoint", "per-window")
 """Run on every length; the baselines only up to ``--baselines-up-to`` minutes."""
 BASELINE_FLOWS = ("peer", "whisperx")
 _WARM_UP_S = 5
@@ -72,7 +72,7 @@ def _diarize(pipeline, waveform: np.ndarray) -> list[tuple[float, float, str]]:
     return [(turn.start, turn.end, str(speaker)) for turn, _, speaker in annotation.itertracks(yield_label=True)]
 
 
-def endpoint_flow(diarization_single_pass: bool = False):
+def endpoint_flow(diarization_single_pass: bool | None = None):
     from config import ModelSettings
     from handler import EndpointHandler
 
@@ -135,7 +135,7 @@ def measure(flow: str, audio: Path) -> dict:
     write_wav(warm_up, waveform[: _WARM_UP_S * SAMPLE_RATE])
     flows = {
         "endpoint": endpoint_flow,
-        "1-pass": partial(endpoint_flow, True),
+        "per-window": partial(endpoint_flow, False),
         "peer": peer_flow,
         "whisperx": whisperx_flow,
     }

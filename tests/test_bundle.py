@@ -119,4 +119,4 @@ def test_single_pass_diarization_finds_the_sample_speakers(sample, sample_wavefo
     for turn in diarization.turns:
         hypothesis[Segment(turn.start, turn.end)] = turn.speaker
     assert len(hypothesis.labels()) == 2
-    assert DiarizationErrorRate(collar=0.0)(reference, hypothesis) < 0.2  # measured: 0.10 per window, 0.13 single pass
+    assert DiarizationErrorRate(collar=0.0)(reference, hypothesis) < 0.2  # measured: 0.10 per window, 0.13 single pass (12 s tiles)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diarization_utils import Chunk, Turn, TurnIndex
+from diarization_utils import Chunk, Overlap, Turn, TurnIndex
 from diarization_utils import attribute as attribute_pieces
 
 
@@ -75,6 +75,25 @@ def test_a_change_far_from_any_sentence_end_stays():
     pieces = words(("well", 0.5, 1.0), ("so", 2.1, 2.3), ("we", 2.4, 2.5), ("went", 2.6, 2.8), ("home.", 2.9, 3.2))
     speakers, _ = attribute(pieces, turns)
     assert speakers == ["A", "B", "B", "B", "B"]
+
+
+def test_a_change_just_after_a_sentence_end_moves_back_to_it():
+    # the diarization switches to B two words into B's first sentence
+    turns = [Turn("A", 0.0, 14.7), Turn("B", 14.7, 18.0)]
+    pieces = words(("New", 13.7, 14.1), ("Jersey.", 14.1, 14.4), ("And", 14.4, 14.6), ("I'm", 14.6, 14.9))
+    pieces += words(("Sheila", 14.9, 15.3), ("in", 15.3, 15.5), ("Texas.", 15.5, 16.0))
+    speakers, segments = attribute(pieces, turns)
+    assert speakers == ["A", "A", "B", "B", "B", "B", "B"]
+    assert [s.text for s in segments] == ["New Jersey.", "And I'm Sheila in Texas."]
+
+
+def test_a_word_spoken_over_another_voice_stays_with_the_voice_whisper_was_following():
+    # B joins at 27.85 while A finishes; the exclusive turns hand over at 27.98, in the middle of A's "so"
+    turns = [Turn("A", 20.0, 27.98), Turn("B", 27.98, 31.0)]
+    overlaps = [Overlap(("A", "B"), 27.85, 28.5)]
+    pieces = words(("here.", 27.5, 27.78), ("So,", 27.78, 28.24), ("well.", 28.24, 28.4), ("Oh,", 28.6, 28.9))
+    assert attribute_pieces(pieces, turns, 60.0)[0] == ["A", "B", "B", "B"]
+    assert attribute_pieces(pieces, turns, 60.0, overlaps)[0] == ["A", "A", "A", "B"]
 
 
 def test_turns_do_not_overlap_even_when_word_timings_do():

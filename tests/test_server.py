@@ -175,7 +175,7 @@ def test_openai_diarized_json_with_our_speaker_hints(client, clip_wav):
 @pytest.mark.parametrize(
     ("form", "message"),
     [
-        ({"prompt": "Diane and Sheila"}, "prompt"),
+        ({"prompt": "Hello there. " * 100}, "prompt is 300 tokens long"),
         ({"response_format": "xml"}, "response_format"),
         ({"timestamp_granularities[]": "word"}, "verbose_json"),
         ({"stream": "true"}, "streaming"),
