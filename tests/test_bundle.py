@@ -120,3 +120,11 @@ def test_single_pass_diarization_finds_the_sample_speakers(sample, sample_wavefo
         hypothesis[Segment(turn.start, turn.end)] = turn.speaker
     assert len(hypothesis.labels()) == 2
     assert DiarizationErrorRate(collar=0.0)(reference, hypothesis) < 0.2  # measured: 0.10 per window, 0.13 single pass (12 s tiles)
+
+
+def test_single_pass_is_the_default_for_cam_plus_plus_pipelines():
+    from diarization_utils import load_pipeline
+
+    folder = str(BUNDLE_DIR / offline_bundle.DIARIZATION_DIR_NAME)
+    assert load_pipeline(folder, None, torch.device("cpu")).single_pass is True
+    assert load_pipeline(folder, None, torch.device("cpu"), single_pass=False).single_pass is False
