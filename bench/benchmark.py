@@ -9,7 +9,8 @@ inside the timed call; the timed request follows a 5 s warm-up request:
 - ``endpoint``: this project's ``EndpointHandler``.
 - ``per-window``: the same with ``DIARIZATION_SINGLE_PASS=0`` (CAM++ run once per pyannote window).
 - ``peer``: the sequential design this project replaces: transformers' chunked ASR pipeline (30 s chunks,
-  batch 8), then pyannote's pipeline, then each chunk given the speaker whose turn ends closest to its end.
+  batch 8), then pyannote's pipeline (CAM++ once per window, as pyannote runs any embedding), then each chunk
+  given the speaker whose turn ends closest to its end.
 - ``whisperx``: a WhisperX-style flow: faster-whisper (CTranslate2, int8, the same tiny.en weights) with word
   timestamps, the same pyannote pipeline, each word given the speaker it overlaps most.
 Recordings: the pyannote sample and conversations synthesized with bench/corpus.py (3 speakers, noise, overlaps).
@@ -61,7 +62,7 @@ def _diarization_pipeline():
     from diarization_utils import load_pipeline
 
     settings = ModelSettings()
-    return load_pipeline(settings.diarization_model, None, settings.torch_device)
+    return load_pipeline(settings.diarization_model, None, settings.torch_device, single_pass=False)  # as pyannote
 
 
 def _diarize(pipeline, waveform: np.ndarray) -> list[tuple[float, float, str]]:
