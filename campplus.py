@@ -5,7 +5,7 @@ passing per-frame speaker ``weights``. This model honours them: Kaldi fbank feat
 network up to its statistics pooling, which is replaced by pyannote's weighted statistics pooling.
 
 Windows overlap (pyannote's step is a tenth of its 10 s window), so running the network on every window computes
-each second of audio ten times. ``embed_recording`` runs it once over the recording instead, in 6 s tiles that
+each second of audio ten times. ``embed_recording`` runs it once over the recording instead, in 12 s tiles that
 overlap by a margin, and pools each window's frames from the result: about 3x less diarization time.
 12 s tiles keep 10 s of frames each, like pyannote's windows.
 """
