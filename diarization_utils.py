@@ -266,9 +266,11 @@ def attribute(
 ) -> tuple[list[str | None], list[SpeakerSegment]]:
     """The speaker of each piece, and the pieces joined into speaker turns.
 
-    A piece goes to the speaker whose turns overlap it most, else to the one of the nearest turn. Word timings
-    from Whisper's alignment tend to lag, so a speaker change that lands a few words before the end of the
-    previous speaker's sentence is moved to the end of that sentence. Consecutive pieces of one speaker form a
+    A piece goes to the speaker whose turns overlap it most, else to the one of the nearest turn; inside one of
+    the ``overlaps`` it stays with the previous piece's speaker if that speaker is talking there. Word timings
+    and turn boundaries are a little off, so a speaker change that lands a few words before the end of the
+    previous speaker's sentence is moved to the end of that sentence, and otherwise one that lands a few words
+    after a sentence end is moved back to it. Consecutive pieces of one speaker form a
     turn timed by its pieces, ending by the next turn's start. Every piece's text appears in exactly one turn,
     in order; nothing is dropped.
     """
