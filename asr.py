@@ -305,10 +305,9 @@ class WhisperTranscriber:
             features = inputs.input_features.to(self.device, self.dtype)
             if options is None:
                 options, language, language_probability = self._generation_options(config, features)
-            prompt, batch_options = self._prompt(language, config.task, context), options
-            if context:
-                earlier_text = torch.tensor(prompt[: prompt.index(self._start)], device=self.device)
-                batch_options = {**options, "prompt_ids": earlier_text}
+            earlier = [self.model.generation_config.prev_sot_token_id, *context] if context else []
+            prompt = earlier + self._prompt(language, config.task)
+            batch_options = {**options, "prompt_ids": torch.tensor(earlier, device=self.device)} if earlier else options
             assistant = {"assistant_model": self.assistant} if self._assists(config, len(batch)) else {}
             assisted += len(batch) if assistant else 0
             mel_frames = inputs.attention_mask.sum(dim=-1).tolist()
@@ -330,7 +329,7 @@ class WhisperTranscriber:
                         segments.append(decoded)
                         heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
             if config.condition_on_previous_text:
-                context = [] if redecoded else context + heard
+                context = [] if redecoded else (context + heard)[-self._max_context :]
             done += len(batch)
             if progress is not None:
                 progress("transcription", done, len(windows))
@@ -431,10 +430,14 @@ class WhisperTranscriber:
         return self.model.config.max_target_positions // 2 - 1
 
     def _prompt_tokens(self, prompt: str | None) -> list[int]:
-        """The text tokens of the request's ``prompt``; an error if it is longer than a window may read."""
+        """The text tokens of the request's ``prompt``; an error if it is longer than a window may read or spells
+        out a special token (``<|endoftext|>``...)."""
         if not prompt or not prompt.strip():
             return []
-        tokens = self.processor.tokenizer(" " + prompt.strip(), add_special_tokens=False).input_ids
+        try:
+            tokens = self.processor.tokenizer.get_prompt_ids(prompt).tolist()[1:]  # after start of previous
+        except ValueError as error:
+            raise InvalidParametersError(f"parameters: prompt: {error}") from None
         if len(tokens) > self._max_context:
             raise InvalidParametersError(
                 f"parameters: prompt is {len(tokens)} tokens long; Whisper reads at most {self._max_context}"
@@ -454,12 +457,11 @@ class WhisperTranscriber:
         logits = self.model.proj_out(hidden[prompt_length - 1 : prompt_length + len(tokens)])
         return float(logits.float().log_softmax(dim=-1).gather(1, scored[:, None]).mean())
 
-    def _prompt(self, language: str, task: str, context: list[int]) -> list[int]:
-        """The tokens a window starts with: earlier text (``context``, its last ``_max_context`` tokens) after
-        start of previous, then start of transcript, then language and task if multilingual."""
+    def _prompt(self, language: str, task: str) -> list[int]:
+        """The tokens each window starts with after any earlier text: start of transcript, then language and task
+        if multilingual."""
         generation = self.model.generation_config
-        prompt = [generation.prev_sot_token_id, *context[-self._max_context :]] if context else []
-        prompt.append(self._start)
+        prompt = [self._start]
         if self.multilingual:
             prompt += [generation.lang_to_id[f"<|{language}|>"], generation.task_to_id[task]]
         return prompt

@@ -219,6 +219,7 @@ def test_sub_100_ms_audio(handler):
         ({"task": "translate"}, "English-only"),
         ({"min_speakers": 3, "max_speakers": 2}, "larger than max_speakers"),
         ({"prompt": "Hello there. " * 100}, "prompt is 300 tokens long; Whisper reads at most 223"),
+        ({"prompt": "Names: Diane. <|endoftext|>"}, r"prompt: .*disallowed special token: <\|endoftext\|>"),
     ],
 )
 def test_bad_parameters(handler, sample, parameters, message):
