@@ -277,7 +277,7 @@ class WhisperTranscriber:
         """Whether a batch is decoded with the assistant: always when asked, for "auto" a single greedy window."""
         if self.assistant is None or config.assisted is False:
             return False
-        return config.assisted is True or (batch_size == 1 and config.temperature == 0)
+        return config.assisted is True or (batch_size == 1 and config.temperature == 0 and config.beam_size == 1)
 
     @torch.inference_mode()
     def transcribe(self, waveform: np.ndarray, config: InferenceConfig, progress: Progress | None = None) -> Transcript:
@@ -315,8 +315,13 @@ class WhisperTranscriber:
             with self.aligner.keeping_encoder_passes():
                 started = time.perf_counter()
                 output = self.model.generate(features, attention_mask=attention_mask, **batch_options, **assistant)
+                windows_segments = output["segments"]
+                if config.beam_size > 1:
+                    windows_segments = self._search_beams(
+                        features, attention_mask, windows_segments, batch_options, prompt, config
+                    )
                 windows_segments, redecoded = self._fall_back(
-                    features, attention_mask, output["segments"], batch_options, prompt, config
+                    features, attention_mask, windows_segments, batch_options, prompt, config
                 )
                 seconds += time.perf_counter() - started
                 fallback += redecoded
@@ -336,6 +341,31 @@ class WhisperTranscriber:
         decoding = Decoding(len(windows), assisted, counts.drafted, counts.accepted, fallback, seconds)
         return Transcript(segments, language, language_probability, decoding)
 
+    def _search_beams(
+        self,
+        features: torch.Tensor,
+        attention_mask: torch.Tensor,
+        segments: list[list[dict]],
+        options: dict,
+        prompt: list[int],
+        config: InferenceConfig,
+    ) -> list[list[dict]]:
+        """Beam search (``beam_size``) on the windows whose greedy decoding has a word (a letter or digit) and is
+        speech by Whisper's no-speech rule. On silence and noise a beam follows a repetition to the token limit
+        (about 30 s a window with tiny.en on a CPU) where greedy decoding stops at once."""
+        tokens, first = self._first_pass(features, segments, prompt)
+        heard = self._is_speech(first.hidden, prompt, tokens, config)
+        speech = [i for i, window in enumerate(segments) if heard[i] and self._has_word(window)]
+        if not speech:
+            return segments
+        beamed = self.model.generate(
+            features[speech], attention_mask=attention_mask[speech], **options, num_beams=config.beam_size
+        )["segments"]
+        segments = list(segments)
+        for i, window in zip(speech, beamed, strict=True):
+            segments[i] = window
+        return segments
+
     def _fall_back(
         self,
         features: torch.Tensor,
@@ -346,9 +376,11 @@ class WhisperTranscriber:
         config: InferenceConfig,
     ) -> tuple[list[list[dict]], int]:
         """Whisper's temperature fallback: windows whose text is repetitive (``compression_ratio_threshold``) are
-        decoded again with sampling at rising temperatures, without the assistant, until a decoding passes both
-        the compression and the ``logprob_threshold`` test. Returns each window's segments and how many windows
-        were decoded again."""
+        decoded again with sampling at rising temperatures, without the assistant or beams, until a decoding
+        passes both the compression and the ``logprob_threshold`` test. Where none does, the sampled decoding that
+        does not repeat itself and has the highest average log-probability replaces the window's (as
+        faster-whisper picks); where every one repeats itself, the first stays. Returns each window's segments and
+        how many windows were decoded again."""
         threshold = config.compression_ratio_threshold
         failing = [i for i, window in enumerate(segments) if threshold and self._compression_ratio(window) > threshold]
         if failing and config.no_speech_threshold is not None:  # Whisper's rule: silence is not decoded again
@@ -359,13 +391,17 @@ class WhisperTranscriber:
             return segments, 0
         segments, temperature = list(segments), config.temperature
         retried = len(failing)
+        unsure: dict[int, tuple[float, list[dict]]] = {}
         with torch.random.fork_rng(devices=self._cuda_devices):
             torch.manual_seed(0)  # the same request gets the same text
             while failing and temperature < 1.0:
                 temperature = min(1.0, round(temperature + _FALLBACK_TEMPERATURE_STEP, 6))
                 failing = self._sample_again(
-                    features, attention_mask, segments, failing, temperature, options, prompt, config
+                    features, attention_mask, segments, failing, temperature, options, prompt, config, unsure
                 )
+        for i in failing:
+            if i in unsure:
+                segments[i] = unsure[i][1]
         return segments, retried
 
     def _sample_again(
@@ -378,9 +414,12 @@ class WhisperTranscriber:
         options: dict,
         prompt: list[int],
         config: InferenceConfig,
+        unsure: dict[int, tuple[float, list[dict]]],
     ) -> list[int]:
         """Decode the ``failing`` windows with sampling at ``temperature``; a decoding that passes the compression
-        and log-probability tests replaces the window's ``segments``. Returns the windows that still fail."""
+        and log-probability tests replaces the window's ``segments``, one that only passes the compression test
+        is kept in ``unsure`` (window -> average log-probability, segments) if it is the best so far. Returns the
+        windows that still fail."""
         sampled = self.model.generate(
             features[failing],
             attention_mask=attention_mask[failing],
@@ -389,14 +428,16 @@ class WhisperTranscriber:
         tokens, first = self._first_pass(features[failing], sampled, prompt)
         still = []
         for row, (i, window) in enumerate(zip(failing, sampled, strict=True)):
+            if self._compression_ratio(window) > config.compression_ratio_threshold:
+                still.append(i)
+                continue
             logprob = self._average_logprob(first.hidden[row], len(prompt), tokens[row])
-            if (
-                self._compression_ratio(window) <= config.compression_ratio_threshold
-                and logprob >= config.logprob_threshold
-            ):
+            if logprob >= config.logprob_threshold:
                 segments[i] = window
             else:
                 still.append(i)
+                if i not in unsure or logprob > unsure[i][0]:
+                    unsure[i] = (logprob, window)
         return still
 
     def _first_pass(
@@ -444,10 +485,16 @@ class WhisperTranscriber:
             )
         return tokens
 
+    def _text(self, window: list[dict]) -> str:
+        tokens = [token for segment in window for token in segment["tokens"].tolist()]
+        return self.processor.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def _has_word(self, window: list[dict]) -> bool:
+        return any(character.isalnum() for character in self._text(window))
+
     def _compression_ratio(self, window: list[dict]) -> float:
         """How much gzip shrinks the window's text: about 1.5-2 for speech, well above 2.4 for a repetition loop."""
-        tokens = [token for segment in window for token in segment["tokens"].tolist()]
-        text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).encode()
+        text = self._text(window).encode()
         return len(text) / len(zlib.compress(text)) if text else 0.0
 
     def _average_logprob(self, hidden: torch.Tensor, prompt_length: int, tokens: list[int]) -> float:

@@ -105,7 +105,11 @@ class InferenceConfig(BaseModel):
     (which allow no other value)."""
 
     temperature: float = Field(default=0.0, ge=0.0, le=1.0)
-    """Sampling temperature; 0 = greedy decoding (deterministic)."""
+    """Sampling temperature; 0 = deterministic decoding (greedy, or beam search with ``beam_size`` > 1)."""
+
+    beam_size: int = Field(default=1, ge=1, le=10)
+    """Beam search width at temperature 0 (Whisper's and faster-whisper's ``beam_size``); 1 = greedy. 5 makes
+    fewer errors on noisy or unusual voices and decodes several times slower, without the assistant."""
 
     assisted: Literal[True, False, "auto"] = "auto"
     """Speculative decoding with the assistant model (``ASSISTANT_MODEL``): the same text, fewer steps of the
@@ -167,6 +171,10 @@ class InferenceConfig(BaseModel):
             raise ValueError("num_speakers excludes min_speakers and max_speakers")
         if self.min_speakers is not None and self.max_speakers is not None and self.min_speakers > self.max_speakers:
             raise ValueError(f"min_speakers ({self.min_speakers}) is larger than max_speakers ({self.max_speakers})")
+        if self.beam_size > 1 and self.temperature > 0:
+            raise ValueError("beam_size applies to deterministic decoding: use temperature 0 with beam_size > 1")
+        if self.beam_size > 1 and self.assisted is True:
+            raise ValueError("assisted decoding is greedy: beam_size must be 1")
         one_at_a_time = {
             "assisted": self.assisted is True,
             "condition_on_previous_text": self.condition_on_previous_text,

@@ -63,6 +63,7 @@ def test_parameter_defaults():
     assert config.effective_batch_size == 8
     assert config.assisted == "auto"
     assert config.chunk_length_s == 30.0
+    assert config.beam_size == 1
     assert config.return_timestamps == "chunk"
 
 
@@ -85,6 +86,9 @@ def test_unknown_parameters_are_named():
         ({"assisted": True, "batch_size": 4}, "batch_size must be 1, not 4"),
         ({"condition_on_previous_text": True, "batch_size": 2}, "condition_on_previous_text .* must be 1, not 2"),
         ({"assisted": "sometimes"}, "assisted: Input should be True, False or 'auto'"),
+        ({"beam_size": 0}, "beam_size: Input should be greater than or equal to 1"),
+        ({"beam_size": 5, "temperature": 0.4}, "use temperature 0 with beam_size > 1"),
+        ({"beam_size": 5, "assisted": True}, "assisted decoding is greedy: beam_size must be 1"),
     ],
 )
 def test_invalid_parameters(parameters, message):

@@ -230,3 +230,21 @@ def test_bad_parameters(handler, sample, parameters, message):
 def test_english_is_accepted_by_an_english_only_model(handler, sample):
     response = handler({"inputs": sample.audio.read_bytes(), "parameters": {"language": "English"}})
     assert response["language"] == "en"
+
+
+def test_beam_search_decodes_speech_without_the_assistant(handler, clip_wav):
+    response = handler({"inputs": clip_wav, "parameters": {"beam_size": 5}})
+    assert response["parameters"]["beam_size"] == 5
+    assert response["decoding"]["assisted"] is False
+    assert "Diane in New Jersey" in response["text"]
+    assert len({turn["speaker"] for turn in response["speakers"]}) == 2
+
+
+def test_beam_search_leaves_silence_to_greedy_decoding(handler):
+    """A beam on 30 s of silence repeats " ." up to the token limit (a repetitive window, decoded again); beams
+    only run where greedy decoding heard words, so nothing is decoded again here."""
+    transcript = handler.transcriber.transcribe(
+        np.zeros(30 * SAMPLE_RATE, dtype=np.float32), InferenceConfig(beam_size=5)
+    )
+    assert transcript.text == ""
+    assert transcript.decoding.fallback_windows == 0
