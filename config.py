@@ -129,7 +129,8 @@ class InferenceConfig(BaseModel):
     compression_ratio_threshold: float | None = Field(default=2.4, gt=1.0)
     """A window whose text compresses better than this with gzip (a decoding stuck repeating itself) is decoded
     again with sampling at rising temperatures (0.2 up to 1.0, Whisper's fallback) until a decoding is neither
-    repetitive nor below ``logprob_threshold``; if none is, the first decoding stays. Unset = never."""
+    repetitive nor below ``logprob_threshold``; if none is, the non-repetitive one with the highest average
+    log-probability replaces it (the first stays if all repeat themselves). Unset = never."""
 
     prompt: str | None = Field(default=None, max_length=2000)
     """Text Whisper reads before each window, as if it had been said just before: names, terms and spelling to
