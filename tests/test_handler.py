@@ -152,6 +152,17 @@ def test_a_repetition_loop_on_non_speech_is_dropped_not_decoded_again(handler, s
     assert transcript.decoding.fallback_windows == 0
 
 
+def test_a_repetition_loop_is_replaced_even_when_no_sampled_decoding_is_sure(handler, sample_waveform):
+    """Without the no-speech rule the half-speed loop is sampled again; every sampled decoding is either repetitive
+    or below the log-probability threshold, so the best non-repetitive one replaces the loop."""
+    transcript = handler.transcriber.transcribe(
+        _slowed(sample_waveform, 15, 2.0), InferenceConfig(no_speech_threshold=None)
+    )
+    assert transcript.decoding.fallback_windows == 1
+    words = transcript.text.lower().split()
+    assert words and "whoa," not in words and len(words) < 2 * len(set(words))
+
+
 def test_a_repetitive_decoding_is_sampled_again_and_kept_when_nothing_better_comes(handler, sample_waveform):
     """With the threshold below any real text's compression ratio, every sampled decoding fails too: the window
     counts as decoded again and Whisper's greedy decoding stays."""
