@@ -36,6 +36,17 @@ class Window:
 
 
 @dataclass(frozen=True)
+class _BatchInput:
+    """Windows decoded together: their features and attention mask, ``generate``'s options and the decoder
+    prompt (earlier text, start of transcript, language, task) their tokens follow."""
+
+    features: torch.Tensor
+    attention_mask: torch.Tensor
+    options: dict
+    prompt: list[int]
+
+
+@dataclass(frozen=True)
 class Decoding:
     """How the windows were decoded: how many with the assistant, its drafted and accepted tokens, how many were
     decoded again because their text repeated itself (temperature fallback), the time."""
@@ -131,6 +142,11 @@ def split_windows(waveform: np.ndarray, max_length_s: float) -> list[Window]:
 def _batched(items: list[Window], size: int) -> Iterator[list[Window]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def _has_word(text: str) -> bool:
+    """Whether ``text`` has a letter or digit (not just "." or "...")."""
+    return any(character.isalnum() for character in text)
 
 
 @dataclass(frozen=True)
@@ -315,14 +331,11 @@ class WhisperTranscriber:
             with self.aligner.keeping_encoder_passes():
                 started = time.perf_counter()
                 output = self.model.generate(features, attention_mask=attention_mask, **batch_options, **assistant)
+                batch_input = _BatchInput(features, attention_mask, batch_options, prompt)
                 windows_segments = output["segments"]
                 if config.beam_size > 1:
-                    windows_segments = self._search_beams(
-                        features, attention_mask, windows_segments, batch_options, prompt, config
-                    )
-                windows_segments, redecoded = self._fall_back(
-                    features, attention_mask, windows_segments, batch_options, prompt, config
-                )
+                    windows_segments = self._search_beams(batch_input, windows_segments, config)
+                windows_segments, redecoded = self._fall_back(batch_input, windows_segments, config)
                 seconds += time.perf_counter() - started
                 fallback += redecoded
                 dated = self._date_tokens(features, mel_frames, windows_segments, prompt, config)
@@ -330,7 +343,7 @@ class WhisperTranscriber:
             for window, window_segments in zip(batch, dated, strict=True):
                 for segment, times in window_segments:
                     decoded = self._segment(window, segment, times)
-                    if any(character.isalnum() for character in decoded.chunk.text):  # not just "." or "..."
+                    if _has_word(decoded.chunk.text):
                         segments.append(decoded)
                         heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
             if config.condition_on_previous_text:
@@ -342,38 +355,23 @@ class WhisperTranscriber:
         return Transcript(segments, language, language_probability, decoding)
 
     def _search_beams(
-        self,
-        features: torch.Tensor,
-        attention_mask: torch.Tensor,
-        segments: list[list[dict]],
-        options: dict,
-        prompt: list[int],
-        config: InferenceConfig,
+        self, batch: _BatchInput, segments: list[list[dict]], config: InferenceConfig
     ) -> list[list[dict]]:
         """Beam search (``beam_size``) on the windows whose greedy decoding has a word (a letter or digit) and is
         speech by Whisper's no-speech rule. On silence and noise a beam follows a repetition to the token limit
         (about 30 s a window with tiny.en on a CPU) where greedy decoding stops at once."""
-        tokens, first = self._first_pass(features, segments, prompt)
-        heard = self._is_speech(first.hidden, prompt, tokens, config)
-        speech = [i for i, window in enumerate(segments) if heard[i] and self._has_word(window)]
+        windows = [i for i, window in enumerate(segments) if _has_word(self._text(window))]
+        speech = [i for i, heard in zip(windows, self._heard(batch, segments, windows, config), strict=True) if heard]
         if not speech:
             return segments
-        beamed = self.model.generate(
-            features[speech], attention_mask=attention_mask[speech], **options, num_beams=config.beam_size
-        )["segments"]
+        beamed = self._generate(batch, speech, num_beams=config.beam_size)
         segments = list(segments)
         for i, window in zip(speech, beamed, strict=True):
             segments[i] = window
         return segments
 
     def _fall_back(
-        self,
-        features: torch.Tensor,
-        attention_mask: torch.Tensor,
-        segments: list[list[dict]],
-        options: dict,
-        prompt: list[int],
-        config: InferenceConfig,
+        self, batch: _BatchInput, segments: list[list[dict]], config: InferenceConfig
     ) -> tuple[list[list[dict]], int]:
         """Whisper's temperature fallback: windows whose text is repetitive (``compression_ratio_threshold``) are
         decoded again with sampling at rising temperatures, without the assistant or beams, until a decoding
@@ -384,8 +382,7 @@ class WhisperTranscriber:
         threshold = config.compression_ratio_threshold
         failing = [i for i, window in enumerate(segments) if threshold and self._compression_ratio(window) > threshold]
         if failing and config.no_speech_threshold is not None:  # Whisper's rule: silence is not decoded again
-            tokens, first = self._first_pass(features[failing], [segments[i] for i in failing], prompt)
-            speech = self._is_speech(first.hidden, prompt, tokens, config)
+            speech = self._heard(batch, segments, failing, config)
             failing = [i for i, is_speech in zip(failing, speech, strict=True) if is_speech]
         if not failing:
             return segments, 0
@@ -396,9 +393,7 @@ class WhisperTranscriber:
             torch.manual_seed(0)  # the same request gets the same text
             while failing and temperature < 1.0:
                 temperature = min(1.0, round(temperature + _FALLBACK_TEMPERATURE_STEP, 6))
-                failing = self._sample_again(
-                    features, attention_mask, segments, failing, temperature, options, prompt, config, unsure
-                )
+                failing = self._sample_again(batch, segments, failing, temperature, config, unsure)
         for i in failing:
             if i in unsure:
                 segments[i] = unsure[i][1]
@@ -406,13 +401,10 @@ class WhisperTranscriber:
 
     def _sample_again(
         self,
-        features: torch.Tensor,
-        attention_mask: torch.Tensor,
+        batch: _BatchInput,
         segments: list[list[dict]],
         failing: list[int],
         temperature: float,
-        options: dict,
-        prompt: list[int],
         config: InferenceConfig,
         unsure: dict[int, tuple[float, list[dict]]],
     ) -> list[int]:
@@ -420,18 +412,14 @@ class WhisperTranscriber:
         and log-probability tests replaces the window's ``segments``, one that only passes the compression test
         is kept in ``unsure`` (window -> average log-probability, segments) if it is the best so far. Returns the
         windows that still fail."""
-        sampled = self.model.generate(
-            features[failing],
-            attention_mask=attention_mask[failing],
-            **{**options, "do_sample": True, "temperature": temperature},
-        )["segments"]
-        tokens, first = self._first_pass(features[failing], sampled, prompt)
+        sampled = self._generate(batch, failing, do_sample=True, temperature=temperature)
+        tokens, first = self._first_pass(batch.features[failing], sampled, batch.prompt)
         still = []
         for row, (i, window) in enumerate(zip(failing, sampled, strict=True)):
             if self._compression_ratio(window) > config.compression_ratio_threshold:
                 still.append(i)
                 continue
-            logprob = self._average_logprob(first.hidden[row], len(prompt), tokens[row])
+            logprob = self._average_logprob(first.hidden[row], len(batch.prompt), tokens[row])
             if logprob >= config.logprob_threshold:
                 segments[i] = window
             else:
@@ -439,6 +427,22 @@ class WhisperTranscriber:
                 if i not in unsure or logprob > unsure[i][0]:
                     unsure[i] = (logprob, window)
         return still
+
+    def _generate(self, batch: _BatchInput, rows: list[int], **options) -> list[list[dict]]:
+        """Decode the windows ``rows`` of ``batch`` again, with ``options`` over the batch's own; their segments."""
+        return self.model.generate(
+            batch.features[rows], attention_mask=batch.attention_mask[rows], **{**batch.options, **options}
+        )["segments"]
+
+    def _heard(
+        self, batch: _BatchInput, segments: list[list[dict]], rows: list[int], config: InferenceConfig
+    ) -> list[bool]:
+        """Whether Whisper's no-speech rule calls each of the windows ``rows`` speech, given their ``segments``."""
+        if not rows:
+            return []
+        windows = [segments[i] for i in rows]
+        tokens, first = self._first_pass(batch.features[rows], windows, batch.prompt)
+        return self._is_speech(first.hidden, batch.prompt, tokens, config)
 
     def _first_pass(
         self, features: torch.Tensor, windows: list[list[dict]], prompt: list[int]
@@ -488,9 +492,6 @@ class WhisperTranscriber:
     def _text(self, window: list[dict]) -> str:
         tokens = [token for segment in window for token in segment["tokens"].tolist()]
         return self.processor.tokenizer.decode(tokens, skip_special_tokens=True)
-
-    def _has_word(self, window: list[dict]) -> bool:
-        return any(character.isalnum() for character in self._text(window))
 
     def _compression_ratio(self, window: list[dict]) -> float:
         """How much gzip shrinks the window's text: about 1.5-2 for speech, well above 2.4 for a repetition loop."""
