@@ -20,11 +20,10 @@ system:
 		fi; \
 	fi
 
-$(INSTALLED): requirements.txt requirements-local.txt requirements-bundle.txt requirements-dev.txt
+$(INSTALLED): requirements.txt requirements-local.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt -r requirements-local.txt -r requirements-dev.txt
-	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements-bundle.txt
 	touch $@
 
 setup: system $(INSTALLED)

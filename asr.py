@@ -96,6 +96,8 @@ class Transcript:
     language: str
     language_probability: float
     decoding: Decoding
+    warnings: tuple[str, ...] = ()
+    """What the client should know about how the audio was decoded (e.g. a window cut short)."""
 
     @property
     def chunks(self) -> list[Chunk]:

@@ -16,7 +16,6 @@ from pyannote.audio.pipelines import SpeakerDiarization as PyannoteSpeakerDiariz
 from pyannote.core import SlidingWindowFeature
 
 from audio import SAMPLE_RATE
-from campplus import CAMPPlusEmbedding
 from errors import ModelLoadError
 
 Progress = Callable[[str, int, int], None]
@@ -171,7 +170,7 @@ def load_pipeline(model: str, token: str | None, device: torch.device, single_pa
             f"could not load the diarization pipeline {model!r}: for gated pyannote models accept their "
             "conditions on the hub and set HF_TOKEN"
         )
-    can = isinstance(pipeline, SpeakerDiarization) and isinstance(pipeline.embedding_model, CAMPPlusEmbedding)
+    can = isinstance(pipeline, SpeakerDiarization) and hasattr(pipeline.embedding_model, "embed_recording")
     if single_pass and not can:
         raise ModelLoadError(
             f"DIARIZATION_SINGLE_PASS needs a pipeline with a CAM++ embedding (the offline default), not {model!r}"

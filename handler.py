@@ -83,7 +83,7 @@ class EndpointHandler:
         except Exception as error:
             raise InferenceError(f"inference failed ({type(error).__name__})") from error
         checkpoint("merge", 0, 1)
-        warnings = []
+        warnings = list(transcript.warnings)
         if self.diarization is not None:
             transcript, unspoken = transcript.within_speech(diarization.turns)
             if unspoken:

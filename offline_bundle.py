@@ -344,8 +344,14 @@ def build_diarization(wheel: Path, target: Path) -> None:
 
 
 def recipe() -> dict:
+    """What the bundle is made from and with; a bundle with another recipe is rebuilt. Checkpoints written by one
+    transformers version may not load in another (tokenizer files changed between 4.x and 5.x), so its version is
+    part of the recipe."""
+    import transformers
+
     return {
         "recipe": RECIPE_VERSION,
+        "transformers": transformers.__version__,
         "wheels": {w.filename: w.sha256 for w in WHEELS},
         "pipeline": DIARIZATION_PIPELINE_CONFIG,
     }
