@@ -2,6 +2,7 @@
 
 python -m cli transcribe                                  # the pyannote sample call, as JSON
 python -m cli transcribe call.mp3 meeting.wav --format srt --out subtitles/ --num-speakers 2
+python -m cli transcribe --endpoint URL --out out/ *.wav  # the same, on a deployed endpoint (resumable)
 python -m cli serve                                       # http://127.0.0.1:8000 (HOST / PORT)
 
 ``transcribe`` takes the endpoint's request parameters as options (``--return-timestamps word``...).
@@ -10,6 +11,7 @@ python -m cli serve                                       # http://127.0.0.1:800
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -62,6 +64,8 @@ def transcribe(args: argparse.Namespace) -> int:
     except EndpointError as error:
         print(error, file=sys.stderr)
         return 2
+    if args.endpoint:
+        return _transcribe_at_endpoint(args, parameters)
     from handler import EndpointHandler
 
     handler = EndpointHandler()
@@ -88,6 +92,23 @@ def transcribe(args: argparse.Namespace) -> int:
     return status
 
 
+def _transcribe_at_endpoint(args: argparse.Namespace, parameters: dict) -> int:
+    from endpoint_client import EndpointClient, transcribe_files
+
+    try:
+        client = EndpointClient(args.endpoint, args.token or os.environ.get("HF_TOKEN") or None)
+        files = args.files or [pyannote_sample_path()]
+        result = transcribe_files(client, files, args.out, args.format, parameters, args.concurrency)
+    except ValueError as error:  # a bad URL, two files with one stem (parameters were checked already)
+        print(error, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: the outputs written are complete; run the same command again to resume", file=sys.stderr)
+        return 130
+    print(result.summary(), file=sys.stderr)
+    return 1 if result.failed else 0
+
+
 def serve(args: argparse.Namespace) -> int:
     import logging
 
@@ -110,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("files", nargs="*", type=Path, help="audio files (default: the pyannote sample)")
     run.add_argument("--format", choices=sorted(WRITERS), default="json", help="output format (default: json)")
     run.add_argument("--out", type=Path, help="write FILE_STEM.FORMAT files into this folder instead of stdout")
+    remote = run.add_argument_group("on a deployed endpoint (needs --out; files whose output exists are skipped)")
+    remote.add_argument("--endpoint", metavar="URL", help="send the files to this endpoint instead of loading models")
+    remote.add_argument("--token", help="bearer token for the endpoint (default: HF_TOKEN)")
+    remote.add_argument("--concurrency", type=int, default=4, metavar="N", help="requests in flight (default: 4)")
     _add_parameter_options(run)
     run.set_defaults(command_function=transcribe)
     server = commands.add_parser("serve", help="run the local server")
@@ -117,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     server.add_argument("--port", type=int, help="port to listen on (default: PORT or 8000)")
     server.set_defaults(command_function=serve)
     args = parser.parse_args(argv)
+    if args.command == "transcribe" and args.endpoint and (args.out is None or args.concurrency < 1):
+        run.error("--endpoint needs --out DIR and a --concurrency of at least 1")
     return args.command_function(args)
 
 
