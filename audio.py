@@ -17,6 +17,39 @@ from errors import AudioTooLongError, AudioTooShortError, InvalidAudioError
 
 SAMPLE_RATE = 16000
 MIN_DURATION_S = 0.1
+
+ACCEPTED_FORMATS = {
+    "wav": "WAV",
+    "w64": "Wave64",
+    "flac": "FLAC",
+    "mp3": "MP3",
+    "ogg": "Ogg (Opus, Vorbis, FLAC)",
+    "mov": "MP4/M4A/MOV/3GP",
+    "aac": "AAC (ADTS)",
+    "matroska": "WebM/Matroska",
+    "amr": "AMR",
+    "amrnb": "AMR-NB",
+    "amrwb": "AMR-WB",
+    "caf": "CAF",
+    "aiff": "AIFF",
+    "asf": "WMA/ASF",
+    "au": "AU",
+    "wv": "WavPack",
+    "ac3": "AC-3",
+    "eac3": "E-AC-3",
+}
+"""FFmpeg demuxers a request may be opened with: containers that hold audio and never refer to another resource.
+Every other demuxer (concat lists, playlists, SDP, image sequences, devices...) is refused before it runs."""
+_NO_PROTOCOL = "none"
+"""FFmpeg's protocol allow-list for the request: none, so nothing inside a file can open a path or a URL."""
+_REFERENCING = (
+    (b"ffconcat", "an FFmpeg concat list"),
+    (b"#EXTM3U", "an M3U/HLS playlist"),
+    (b"[playlist]", "a PLS playlist"),
+    (b"v=0", "an SDP session description"),
+    (b"<?xml", "an XML document (a DASH manifest or a playlist)"),
+    (b"<MPD", "a DASH manifest"),
+)
 _DATA_URI = re.compile(r"^data:[\w.+-]+/[\w.+-]+(;[\w-]+=[\w.-]+)*;base64,", re.ASCII)
 
 
@@ -72,8 +105,42 @@ def _resampled(container, stream):
     yield from resampler.resample(None)
 
 
+def _referencing_kind(data: bytes) -> str | None:
+    """What the request is when it looks like a list, playlist, description, URL or other text rather than an
+    audio file; ``None`` when it does not."""
+    head = data[:512].lstrip()
+    for signature, name in _REFERENCING:
+        if head.startswith(signature):
+            return name
+    if re.match(rb"[a-z][a-z0-9+.,-]*:", head):
+        return f"a URL or FFmpeg protocol string ({head.split(b':', 1)[0].decode()}:)"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return "text" if text and all(c.isprintable() or c.isspace() for c in text) else None
+
+
+def _refuse(kind: str) -> InvalidAudioError:
+    accepted = ", ".join(dict.fromkeys(ACCEPTED_FORMATS.values()))
+    return InvalidAudioError(f"inputs: {kind} is not an accepted audio file; send one of: {accepted}")
+
+
+def _open(data: bytes) -> av.container.InputContainer:
+    """Open ``data`` as one of the ``ACCEPTED_FORMATS``, read from memory only: text that could point FFmpeg
+    elsewhere is refused first, then FFmpeg may only pick an accepted demuxer and may open no protocol."""
+    kind = _referencing_kind(data)
+    if kind is not None:
+        raise _refuse(kind)
+    options = {"format_whitelist": ",".join(ACCEPTED_FORMATS), "protocol_whitelist": _NO_PROTOCOL}
+    try:
+        return av.open(io.BytesIO(data), mode="r", options=options)
+    except av.ArgumentError:  # FFmpeg's answer to a demuxer that is not on the allow-list
+        raise _refuse("binary data in another format") from None
+
+
 def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None) -> Audio:
-    """Decode any format FFmpeg reads, downmix to mono and resample to 16 kHz.
+    """Decode a file in one of the ``ACCEPTED_FORMATS``, downmix to mono and resample to 16 kHz.
 
     The duration and time limits are enforced while decoding, so a small file that expands to hours, or one that
     is slow to decode, is refused early.
@@ -83,7 +150,7 @@ def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None) -
     pieces: list[np.ndarray] = []
     total = 0
     try:
-        with av.open(io.BytesIO(data), mode="r") as container:
+        with _open(data) as container:
             if not container.streams.audio:
                 raise InvalidAudioError("inputs: the file has no audio stream")
             stream = container.streams.audio[0]

@@ -24,9 +24,12 @@ from formats import WRITERS
 
 
 def _add_parameter_options(parser: argparse.ArgumentParser) -> None:
-    """One option per request parameter, documented by its ``InferenceConfig`` docstring."""
+    """One option per request parameter, documented by its ``InferenceConfig`` docstring (``response_format``
+    aside: ``--format`` writes the files)."""
     group = parser.add_argument_group("request parameters (as in the endpoint's 'parameters')")
     for name, field in InferenceConfig.model_fields.items():
+        if name == "response_format":
+            continue
         flag = "--" + name.replace("_", "-")
         if field.annotation is bool:
             group.add_argument(

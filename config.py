@@ -98,7 +98,10 @@ class InferenceConfig(BaseModel):
     """``transcribe`` keeps the spoken language; ``translate`` outputs English (multilingual models only)."""
 
     language: str | None = None
-    """Spoken language as a code or name (``en``, ``french``); unset = detected (multilingual models)."""
+    """Spoken language as a code or name (``en``, ``french``). One language per request: every window is decoded
+    in it. Unset = detected from speech (multilingual models): the first windows, up to three, that Whisper's
+    no-speech probability calls speech vote with their language probabilities. With ``task: translate`` it is
+    the language spoken, and the text is English."""
 
     batch_size: int | None = Field(default=None, ge=1, le=64)
     """Audio windows decoded together; unset = 8, or 1 with ``assisted: true`` or ``condition_on_previous_text``
@@ -143,6 +146,11 @@ class InferenceConfig(BaseModel):
 
     return_timestamps: Literal["chunk", "word"] = "chunk"
     """``word`` adds ``words: [{word, start, end, speaker}]`` to the response."""
+
+    response_format: Literal["json", "txt", "srt", "vtt", "rttm"] = "json"
+    """Also write the transcript as SubRip or WebVTT subtitles (a cue never spans two speakers), RTTM speaker
+    turns or ``SPEAKER: text`` lines, returned as a string under that name in the JSON response (e.g.
+    ``"srt": "1\\n00:00:00,497 --> ..."``): Inference Endpoints answer JSON only."""
 
     num_speakers: int | None = Field(default=None, ge=1)
     """Exact number of speakers, when known. Excludes ``min_speakers``/``max_speakers``."""

@@ -17,6 +17,7 @@ from audio import decode, pyannote_sample_path, request_bytes
 from config import InferenceConfig, ModelSettings
 from diarization_utils import NO_DIARIZATION, Progress, attribute, diarize, load_pipeline
 from errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError, RequestError
+from formats import WRITERS
 from offline_bundle import BUNDLE_DIR
 
 transformers.logging.set_verbosity_error()  # generate()'s notices about options it sets itself
@@ -54,7 +55,19 @@ class EndpointHandler:
 
         ``progress(stage, completed, total)`` is called before decoding and as transcription and diarization
         advance (every batch); an exception it raises stops the request there (e.g. when the client has gone).
+        Every failure comes out as an ``EndpointError`` whose message stands alone (the Inference Endpoints
+        toolkit answers ``{"error": str(exception)}``); nothing else escapes.
         """
+        try:
+            return self._serve(data, progress)
+        except EndpointError:
+            raise
+        except torch.OutOfMemoryError:
+            raise InferenceError("out of memory while processing the recording; try a shorter one") from None
+        except Exception as error:
+            raise InferenceError(f"processing the request failed ({type(error).__name__})") from error
+
+    def _serve(self, data: dict, progress: Progress | None) -> dict:
         if not isinstance(data, dict) or "inputs" not in data:
             raise RequestError('the request must be an object with "inputs" (base64 audio) and optional "parameters"')
         config = InferenceConfig.from_parameters(data.get("parameters"))
@@ -62,26 +75,19 @@ class EndpointHandler:
         checkpoint("decoding", 0, 1)
         data_bytes = request_bytes(data["inputs"], self.settings.max_request_bytes)
         audio = decode(data_bytes, self.settings.max_audio_duration_s, self.settings.decode_timeout_s)
-        try:
-            transcript = self.transcriber.transcribe(audio.waveform, config, checkpoint)
-            diarization = (
-                diarize(
-                    self.diarization,
-                    audio.waveform,
-                    config.num_speakers,
-                    config.min_speakers,
-                    config.max_speakers,
-                    checkpoint,
-                )
-                if self.diarization is not None
-                else NO_DIARIZATION
+        transcript = self.transcriber.transcribe(audio.waveform, config, checkpoint)
+        diarization = (
+            diarize(
+                self.diarization,
+                audio.waveform,
+                config.num_speakers,
+                config.min_speakers,
+                config.max_speakers,
+                checkpoint,
             )
-        except EndpointError:
-            raise
-        except torch.OutOfMemoryError:
-            raise InferenceError("out of memory while processing the recording; try a shorter one") from None
-        except Exception as error:
-            raise InferenceError(f"inference failed ({type(error).__name__})") from error
+            if self.diarization is not None
+            else NO_DIARIZATION
+        )
         checkpoint("merge", 0, 1)
         warnings = list(transcript.warnings)
         if self.diarization is not None:
@@ -113,11 +119,14 @@ class EndpointHandler:
                 "language": transcript.language,
             },
         }
+        words = [
+            {"word": w.text, "start": w.start, "end": w.end, "speaker": speaker}
+            for w, speaker in zip(transcript.words, word_speakers, strict=True)
+        ]
+        if config.response_format != "json":  # subtitle cues follow the words, asked for or not
+            response[config.response_format] = WRITERS[config.response_format]({**response, "words": words}, "audio")
         if config.return_timestamps == "word":
-            response["words"] = [
-                {"word": w.text, "start": w.start, "end": w.end, "speaker": speaker}
-                for w, speaker in zip(transcript.words, word_speakers, strict=True)
-            ]
+            response["words"] = words
         return response
 
     def _checkpoint(self, progress: Progress | None) -> Progress:

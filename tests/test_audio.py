@@ -95,7 +95,7 @@ def test_request_size_limit():
 
 
 def test_not_audio():
-    with pytest.raises(InvalidAudioError, match="not a readable audio file"):
+    with pytest.raises(InvalidAudioError, match="text is not an accepted audio file"):
         decode(b"%PDF-1.4 this is a document, not a recording" * 20, 60)
 
 

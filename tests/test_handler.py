@@ -259,3 +259,11 @@ def test_beam_search_leaves_silence_to_greedy_decoding(handler):
     )
     assert transcript.text == ""
     assert transcript.decoding.fallback_windows == 0
+
+
+def test_subtitles_and_rttm_come_inside_the_json_response(handler, clip_wav):
+    response = handler({"inputs": clip_wav, "parameters": {"response_format": "srt"}})
+    assert response["srt"].startswith("1\n00:00:0") and "SPEAKER_0" in response["srt"]
+    assert "words" not in response  # the cues follow the words, which are only returned when asked for
+    rttm = handler({"inputs": clip_wav, "parameters": {"response_format": "rttm"}})["rttm"]
+    assert {line.split()[7] for line in rttm.splitlines()} == {t["speaker"] for t in response["speakers"]}
