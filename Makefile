@@ -1,13 +1,15 @@
 # Set-up is part of every target: Debian packages, a venv with pinned packages, then the offline model bundle.
 PYTHON ?= python3
 VENV := .venv
+# The Inference Endpoints container installs requirements.txt alone: container-test checks that this is enough.
+CONTAINER_VENV := .venv-container
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # ffmpeg: audio decoding for pyannote's file inputs; flite, espeak-ng, sox: the synthesized test recordings;
 # chromium: the demo page test
 SYSTEM_PACKAGES := ffmpeg flite espeak-ng sox chromium
 
-.PHONY: system setup bundle demo serve test lint clean
+.PHONY: system setup bundle demo serve test container-test lint clean
 
 system:
 	@missing=$$(for pkg in $(SYSTEM_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || echo $$pkg; done); \
@@ -40,8 +42,15 @@ serve: bundle
 test: bundle
 	$(BIN)/python -m pytest -q
 
+container-test: bundle
+	rm -rf $(CONTAINER_VENV)
+	$(PYTHON) -m venv $(CONTAINER_VENV)
+	$(CONTAINER_VENV)/bin/pip install --quiet --upgrade pip
+	$(CONTAINER_VENV)/bin/pip install --quiet -r requirements.txt $$(grep '^pytest==' requirements-dev.txt)
+	$(CONTAINER_VENV)/bin/python -m pytest -q -p no:cacheprovider container
+
 lint: setup
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .bundle
+	rm -rf $(VENV) $(CONTAINER_VENV) .bundle
