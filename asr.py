@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 from transformers import AutoConfig, WhisperForCausalLM, WhisperForConditionalGeneration, WhisperProcessor
-from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE, _split_tokens_on_unicode
 
 from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, DecoderPass, token_times
 from audio import SAMPLE_RATE
@@ -18,6 +18,7 @@ from config import InferenceConfig
 from decoding import DraftCounts, WeightMajorProjection, WhisperForDraftedGeneration
 from diarization_utils import Chunk, Progress, Turn, TurnIndex
 from errors import InvalidParametersError, ModelLoadError
+from formats import is_spaced
 
 _QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the last seconds of each window
 _ENERGY_FRAME_S = 0.02
@@ -25,6 +26,7 @@ _ENERGY_SMOOTHING_S = 0.2
 _MAX_MEDIAN_WORD_S = 0.7  # a word lasts at most twice its segment's median word duration (median capped at this)
 _SPEECH_MARGIN_S = 0.5  # word timings from the alignment lag or lead the diarization's speech turns by up to this
 _FALLBACK_TEMPERATURE_STEP = 0.2
+_LANGUAGE_WINDOWS = 3  # the language is detected on the first windows (faster-whisper's language_detection_segments)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class Transcript:
     decoding: Decoding
     warnings: tuple[str, ...] = ()
     """What the client should know about how the audio was decoded (e.g. a window cut short)."""
+    spaced: bool = True
+    """Whether the text separates words with spaces: not for languages written without them (``formats.is_spaced``)."""
 
     @property
     def chunks(self) -> list[Chunk]:
@@ -109,7 +113,7 @@ class Transcript:
 
     @property
     def text(self) -> str:
-        return " ".join(chunk.text for chunk in self.chunks)
+        return (" " if self.spaced else "").join(chunk.text for chunk in self.chunks)
 
     def within_speech(self, turns: Sequence[Turn]) -> tuple[Transcript, int]:
         """This transcript without the segments that lie away from every speech turn of the diarization (what
@@ -251,8 +255,9 @@ class WhisperTranscriber:
             raise InvalidParametersError(f"parameters: language {language!r} is not a language this model knows")
         return code
 
-    def _generation_options(self, config: InferenceConfig, features: torch.Tensor) -> tuple[dict, str, float]:
-        """Keyword arguments for ``generate`` (the assistant aside), the recording's language and its probability."""
+    def _generation_options(self, config: InferenceConfig, windows: list[Window]) -> tuple[dict, str, float]:
+        """Keyword arguments for ``generate`` (the assistant aside), the recording's spoken language (given, or
+        detected on its first ``windows``) and its probability. With ``task: translate`` the text is English."""
         if config.assisted is True and self.assistant is None:
             raise InvalidParametersError(
                 "parameters: assisted decoding was asked for, but no assistant model is loaded (set ASSISTANT_MODEL)"
@@ -275,21 +280,31 @@ class WhisperTranscriber:
         if config.language is not None:
             language, probability = self.language_code(config.language), 1.0
         else:
-            language, probability = self._detect_language(features[:1])
+            language, probability = self._detect_language(windows[:_LANGUAGE_WINDOWS], config.no_speech_threshold)
         options.update(language=language, task=config.task)
         return options, language, probability
 
-    def _detect_language(self, features: torch.Tensor) -> tuple[str, float]:
-        """Whisper's language detection on one window: the most likely language token after start of transcript,
-        with its probability among the language tokens."""
+    def _detect_language(self, windows: list[Window], no_speech_threshold: float | None) -> tuple[str, float]:
+        """Whisper's language detection, on speech: one decoder step after start of transcript on each window gives
+        the probabilities of the language tokens and of the no-speech token. The windows whose no-speech
+        probability is at most ``no_speech_threshold`` (all of them when none is, or with no threshold) vote: their
+        language probabilities are summed. The winner, with its average probability over the voting windows."""
         generation = self.model.generation_config
-        start = torch.full((1, 1), generation.decoder_start_token_id, device=self.device)
-        logits = self.model(input_features=features, decoder_input_ids=start, use_cache=False).logits[0, -1]
+        features = self.processor.feature_extractor(
+            [window.samples for window in windows], sampling_rate=SAMPLE_RATE, return_tensors="pt"
+        ).input_features.to(self.device, self.dtype)
+        start = torch.full((len(windows), 1), self._start, device=self.device)
+        logits = self.model(input_features=features, decoder_input_ids=start, use_cache=False).logits[:, -1].float()
         language_ids = torch.tensor(list(generation.lang_to_id.values()), device=logits.device)
-        probabilities = logits[language_ids].float().softmax(dim=-1)
-        best = int(probabilities.argmax())
+        probabilities = logits[:, language_ids].softmax(dim=-1)
+        if no_speech_threshold is not None:
+            no_speech = logits.softmax(dim=-1)[:, generation.no_timestamps_token_id - 1]
+            if bool((no_speech <= no_speech_threshold).any()):
+                probabilities = probabilities[no_speech <= no_speech_threshold]
+        votes = probabilities.sum(dim=0)
+        best = int(votes.argmax())
         token = self.processor.tokenizer.convert_ids_to_tokens(int(language_ids[best]))
-        return token.strip("<|>"), float(probabilities[best])
+        return token.strip("<|>"), float(votes[best]) / len(probabilities)
 
     def _assists(self, config: InferenceConfig, batch_size: int) -> bool:
         """Whether a batch is decoded with the assistant: always when asked, for "auto" a single greedy window."""
@@ -322,7 +337,7 @@ class WhisperTranscriber:
             )
             features = inputs.input_features.to(self.device, self.dtype)
             if options is None:
-                options, language, language_probability = self._generation_options(config, features)
+                options, language, language_probability = self._generation_options(config, windows)
             earlier = [self.model.generation_config.prev_sot_token_id, *context] if context else []
             prompt = earlier + self._prompt(language, config.task)
             batch_options = {**options, "prompt_ids": torch.tensor(earlier, device=self.device)} if earlier else options
@@ -344,7 +359,7 @@ class WhisperTranscriber:
             heard = []
             for window, window_segments in zip(batch, dated, strict=True):
                 for segment, times in window_segments:
-                    decoded = self._segment(window, segment, times)
+                    decoded = self._segment(window, segment, times, is_spaced(language, config.task))
                     if _has_word(decoded.chunk.text):
                         segments.append(decoded)
                         heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
@@ -354,7 +369,7 @@ class WhisperTranscriber:
             if progress is not None:
                 progress("transcription", done, len(windows))
         decoding = Decoding(len(windows), assisted, counts.drafted, counts.accepted, fallback, seconds)
-        return Transcript(segments, language, language_probability, decoding)
+        return Transcript(segments, language, language_probability, decoding, spaced=is_spaced(language, config.task))
 
     def _search_beams(
         self, batch: _BatchInput, segments: list[list[dict]], config: InferenceConfig
@@ -566,25 +581,23 @@ class WhisperTranscriber:
             for i, window_tokens in enumerate(tokens)
         ]
 
-    def _segment(self, window: Window, segment: dict, token_starts: np.ndarray) -> Segment:
+    def _segment(self, window: Window, segment: dict, token_starts: np.ndarray, spaced: bool) -> Segment:
         """A Whisper segment and its words, in recording time.
 
-        A word is a run of tokens starting with a space (punctuation stays with its word); it lasts from its
-        first token's time to the next token's, by the cross-attention alignment (``alignment_heads``).
+        Words are split as Whisper splits them (``_words``); a word lasts from its first token's time to the next
+        token's, by the cross-attention alignment (``alignment_heads``). The segment's text is its words joined by
+        spaces, or, in a language written without spaces, the text Whisper decoded.
         """
         tokenizer = self.processor.tokenizer
         length = len(window.samples) / SAMPLE_RATE
         tokens = segment["tokens"].tolist()
         times = [min(max(float(t), 0.0), length) for t in token_starts.tolist()]
+        texts = [i for i, token in enumerate(tokens) if token < tokenizer.eos_token_id]  # no timestamps or controls
         runs: list[tuple[list[int], float, float]] = []
-        for i, token in enumerate(tokens):
-            if token >= tokenizer.eos_token_id:  # timestamps and control tokens
-                continue
-            end = times[i + 1] if i + 1 < len(times) else times[i]
-            if runs and not tokenizer.convert_ids_to_tokens(token).startswith("Ġ"):
-                runs[-1] = (runs[-1][0] + [token], runs[-1][1], end)
-            else:
-                runs.append(([token], times[i], end))
+        for word in self._words([tokens[i] for i in texts], spaced):
+            first, last = texts[word[0]], texts[word[-1]]
+            end = times[last + 1] if last + 1 < len(times) else times[last]
+            runs.append(([tokens[texts[i]] for i in word], times[first], end))
         # The alignment stretches a segment's last word to the closing timestamp: cap word durations.
         durations = [end - start for _, start, end in runs if end > start]
         longest = 2 * min(_MAX_MEDIAN_WORD_S, float(np.median(durations))) if durations else 0.0
@@ -596,5 +609,25 @@ class WhisperTranscriber:
                 words.append(Chunk(text, round(window.offset + start, 3), round(window.offset + end, 3)))
         start = min(float(segment["start"]), length)
         end = min(max(float(segment["end"]), start), length)
-        text = " ".join(word.text for word in words)
+        text = " ".join(word.text for word in words) if spaced else tokenizer.decode([tokens[i] for i in texts]).strip()
         return Segment(Chunk(text, round(window.offset + start, 3), round(window.offset + end, 3)), words)
+
+    def _words(self, tokens: list[int], spaced: bool) -> list[list[int]]:
+        """The positions of the text ``tokens`` grouped into words as Whisper groups them: a run of tokens starting
+        with a space (punctuation stays with its word) or, in a language written without spaces, each run that
+        decodes to whole characters (one without a letter or digit, punctuation, joins the word before)."""
+        tokenizer = self.processor.tokenizer
+        words: list[list[int]] = []
+        if spaced:
+            for i, piece in enumerate(tokenizer.convert_ids_to_tokens(tokens)):
+                if words and not piece.startswith("Ġ"):
+                    words[-1].append(i)
+                else:
+                    words.append([i])
+            return words
+        for text, _, positions in zip(*_split_tokens_on_unicode(tokenizer, tokens), strict=True):
+            if words and not _has_word(text):
+                words[-1] += positions
+            else:
+                words.append(positions)
+        return words

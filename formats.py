@@ -1,18 +1,41 @@
 """Writers of a transcript (the handler's response): SRT and WebVTT subtitles, RTTM, plain text and JSON.
 
-Subtitles follow the usual broadcast limits: at most ``max_lines`` lines of ``max_line_length`` characters, a cue
-never spans two speakers, a long pause or more than ``max_cue_duration_s``; cues prefer to end at sentence ends.
+Subtitles follow the usual broadcast limits: at most ``max_lines`` lines of ``max_line_length`` characters (a wide
+character, Chinese or Japanese, counts as two), a cue never spans two speakers, a long pause or more than
+``max_cue_duration_s``; cues prefer to end at sentence ends. Words of languages written without spaces are joined
+without them.
 Each cue names its speaker (``SPEAKER_00: ...`` in SRT, a ``<v SPEAKER_00>`` voice span in WebVTT).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 _SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
+# A character, or a run of ASCII letters and digits, with the spaces before it and the punctuation after it.
+_CHARACTER = re.compile(r"\s*(?:[0-9A-Za-z]+|\S)[^\w\s]*")
+
+UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
+"""Languages written without spaces between words: Whisper splits them into words by character."""
+
+
+def is_spaced(language: str | None, task: str = "transcribe") -> bool:
+    """Whether the words of a transcript are separated by spaces: always in a translation (English), otherwise
+    unless ``language`` is written without them."""
+    return task == "translate" or language not in UNSPACED_LANGUAGES
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes on screen: two for a wide character (Chinese, Japanese), none for a combining mark."""
+    return sum(
+        0 if unicodedata.category(c) in ("Mn", "Me") else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
 
 
 @dataclass(frozen=True)
@@ -42,11 +65,12 @@ class _Word:
     end: float
 
 
-def _turn_words(response: dict) -> list[tuple[dict, list[_Word]]]:
+def _turn_words(response: dict, separator: str) -> list[tuple[dict, list[_Word]]]:
     """Each speaker turn with its words, timed inside the turn.
 
     Words come from ``words`` when the response has them (consecutive words of one speaker form one turn);
-    otherwise the turn's text is split into words timed in proportion to their length.
+    otherwise the turn's text is split into words (at spaces; into characters, keeping their spaces, where
+    ``separator`` is empty) timed in proportion to their length.
     """
     turns = response["speakers"]
     groups: list[list[dict]] = []
@@ -63,7 +87,7 @@ def _turn_words(response: dict) -> list[tuple[dict, list[_Word]]]:
                 _Word(w["word"], min(max(w["start"], start), end), min(max(w["end"], start), end)) for w in groups[i]
             ]
         else:
-            texts = turn["text"].split()
+            texts = turn["text"].split() if separator else _CHARACTER.findall(turn["text"])
             total = sum(len(text) + 1 for text in texts) or 1
             words, position = [], 0
             for text in texts:
@@ -77,45 +101,52 @@ def _turn_words(response: dict) -> list[tuple[dict, list[_Word]]]:
     return result
 
 
-def _wrap(words: list[str], widths: list[int]) -> tuple[str, ...] | None:
-    """``words`` on one line if it fits, else the most balanced split that fits; ``None`` when nothing fits."""
-    text = " ".join(words)
-    if len(text) <= widths[0]:
+def _line(words: list[str], separator: str) -> str:
+    return separator.join(words).strip()
+
+
+def _wrap(words: list[str], widths: list[int], separator: str) -> tuple[str, ...] | None:
+    """``words`` (joined by ``separator``) on one line if it fits, else the most balanced split that fits; ``None``
+    when nothing fits."""
+    text = _line(words, separator)
+    if _width(text) <= widths[0]:
         return (text,)
     if len(widths) == 1:
         return None
-    splits = [(" ".join(words[:i]), " ".join(words[i:])) for i in range(1, len(words))]
-    fitting = [lines for lines in splits if len(lines[0]) <= widths[0] and len(lines[1]) <= widths[1]]
-    return min(fitting, key=lambda lines: abs(len(lines[0]) - len(lines[1]))) if fitting else None
+    splits = [(_line(words[:i], separator), _line(words[i:], separator)) for i in range(1, len(words))]
+    fitting = [lines for lines in splits if _width(lines[0]) <= widths[0] and _width(lines[1]) <= widths[1]]
+    return min(fitting, key=lambda lines: abs(_width(lines[0]) - _width(lines[1]))) if fitting else None
 
 
-def _cue_words(words: list[_Word], widths: list[int], options: SubtitleOptions) -> list[list[_Word]]:
+def _cue_words(words: list[_Word], widths: list[int], options: SubtitleOptions, separator: str) -> list[list[_Word]]:
     """Consecutive words of one turn grouped into cues within the line, pause and duration limits."""
     groups: list[list[_Word]] = [[]]
     for word in words:
         current = groups[-1]
         if current and (
-            _wrap([w.text for w in [*current, word]], widths) is None
+            _wrap([w.text for w in [*current, word]], widths, separator) is None
             or word.start - current[-1].end > options.max_pause_s
             or word.end - current[0].start > options.max_cue_duration_s
         ):
             groups.append(current := [])
         current.append(word)
-        if word.text.endswith(_SENTENCE_END) and len(" ".join(w.text for w in current)) >= widths[0]:
+        if word.text.endswith(_SENTENCE_END) and _width(separator.join(w.text for w in current)) >= widths[0]:
             groups.append([])
     return [group for group in groups if group]
 
 
 def cues(response: dict, options: SubtitleOptions = SubtitleOptions()) -> list[Cue]:
     """The response's speaker turns cut into subtitle cues, in time order."""
+    spaced = is_spaced(response.get("language"), response.get("parameters", {}).get("task", "transcribe"))
+    separator = " " if spaced else ""
     result: list[Cue] = []
-    for turn, words in _turn_words(response):
+    for turn, words in _turn_words(response, separator):
         speaker = turn["speaker"]
         label = len(speaker) + 2 if speaker else 0
         widths = [max(1, options.max_line_length - label), options.max_line_length][: options.max_lines]
-        for group in _cue_words(words, widths, options):
+        for group in _cue_words(words, widths, options, separator):
             texts = [w.text for w in group]
-            lines = _wrap(texts, widths) or (" ".join(texts),)  # a single word longer than a line
+            lines = _wrap(texts, widths, separator) or (_line(texts, separator),)  # a single word longer than a line
             result.append(Cue(speaker, group[0].start, max(group[-1].end, group[0].start + 0.001), lines))
     return sorted(result, key=lambda cue: cue.start)
 
