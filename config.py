@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -9,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from errors import InvalidParametersError
-from offline_bundle import BUNDLE_DIR, DIARIZATION_DIR_NAME, DRAFT_DIR_NAME, WHISPER_DIR_NAME
+from offline_bundle import BUNDLE_DIR, DIARIZATION_DIR_NAME, WHISPER_DIR_NAME
 
 
 class ModelSettings(BaseSettings):
@@ -23,10 +24,11 @@ class ModelSettings(BaseSettings):
     asr_model: str = str(BUNDLE_DIR / WHISPER_DIR_NAME)
     """Whisper checkpoint: a hub id (e.g. ``openai/whisper-large-v3``) or a local folder."""
 
-    assistant_model: str | None = str(BUNDLE_DIR / DRAFT_DIR_NAME)
+    assistant_model: str | None = None
     """Assistant for speculative decoding: a decoder-only draft (``WhisperForCausalLM``) or a full Whisper
-    (e.g. ``distil-whisper/distil-large-v3``) sharing the main model's tokenizer; empty = none. The default is
-    the bundle's draft: tiny.en's own decoder (its output projection in int8 on CPU)."""
+    (e.g. ``distil-whisper/distil-large-v3``) sharing the main model's tokenizer; empty = none. Unset: the
+    draft the bundle has for ``ASR_MODEL`` (the folder ``<ASR_MODEL>-draft``: the model's own decoder, its
+    output projection in int8 on CPU), else none."""
 
     diarization_model: str | None = str(BUNDLE_DIR / DIARIZATION_DIR_NAME)
     """pyannote pipeline: a hub id (e.g. ``pyannote/speaker-diarization-community-1``) or a local folder with
@@ -67,6 +69,13 @@ class ModelSettings(BaseSettings):
     @classmethod
     def _empty_means_none(cls, value: object) -> object:
         return None if isinstance(value, str) and value.strip().lower() in ("", "none") else value
+
+    @model_validator(mode="after")
+    def _draft_of_the_asr_model(self) -> ModelSettings:
+        if "assistant_model" not in self.model_fields_set:
+            draft = Path(f"{self.asr_model}-draft")
+            self.assistant_model = str(draft) if draft.is_dir() else None
+        return self
 
     @property
     def torch_device(self) -> torch.device:

@@ -261,7 +261,11 @@ def _speaker_for(start: float, end: float, turns: TurnIndex) -> str | None:
 
 
 def attribute(
-    pieces: Sequence[Chunk], turns: Sequence[Turn], duration: float, overlaps: Sequence[Overlap] = ()
+    pieces: Sequence[Chunk],
+    turns: Sequence[Turn],
+    duration: float,
+    overlaps: Sequence[Overlap] = (),
+    separator: str = " ",
 ) -> tuple[list[str | None], list[SpeakerSegment]]:
     """The speaker of each piece, and the pieces joined into speaker turns.
 
@@ -271,13 +275,13 @@ def attribute(
     previous speaker's sentence is moved to the end of that sentence, and otherwise one that lands a few words
     after a sentence end is moved back to it. Consecutive pieces of one speaker form a
     turn timed by its pieces, ending by the next turn's start. Every piece's text appears in exactly one turn,
-    in order; nothing is dropped.
+    in order, joined by ``separator`` (none for languages written without spaces); nothing is dropped.
     """
     intervals = _intervals(pieces, duration)
     index = TurnIndex(turns)
     speakers = [_speaker_for(start, end, index) for start, end in intervals]
     speakers = _snap_changes_to_sentence_ends(pieces, _keep_speaker_in_overlaps(speakers, intervals, overlaps))
-    return speakers, _align_to_turns(_group(pieces, speakers, intervals), turns)
+    return speakers, _align_to_turns(_group(pieces, speakers, intervals, separator), turns)
 
 
 def _keep_speaker_in_overlaps(
@@ -361,13 +365,18 @@ def _snap_changes_to_sentence_ends(pieces: Sequence[Chunk], speakers: list[str |
 
 
 def _group(
-    pieces: Sequence[Chunk], speakers: Sequence[str | None], intervals: Sequence[tuple[float, float]]
+    pieces: Sequence[Chunk],
+    speakers: Sequence[str | None],
+    intervals: Sequence[tuple[float, float]],
+    separator: str,
 ) -> list[SpeakerSegment]:
     segments: list[SpeakerSegment] = []
     for piece, speaker, (start, end) in zip(pieces, speakers, intervals, strict=True):
         if segments and segments[-1].speaker == speaker:
             last = segments[-1]
-            segments[-1] = SpeakerSegment(speaker, f"{last.text} {piece.text.strip()}".strip(), last.start, end)
+            segments[-1] = SpeakerSegment(
+                speaker, f"{last.text}{separator}{piece.text.strip()}".strip(), last.start, end
+            )
         else:
             if segments and segments[-1].end > start:
                 last = segments[-1]

@@ -96,7 +96,9 @@ class EndpointHandler:
                 warnings.append(f"{unspoken} transcribed segment(s) away from any detected speech were left out")
             found = len({turn.speaker for turn in diarization.turns})
             warnings += _speaker_count_warnings(config, found)
-        word_speakers, speakers = attribute(transcript.words, diarization.turns, audio.duration, diarization.overlaps)
+        word_speakers, speakers = attribute(
+            transcript.words, diarization.turns, audio.duration, diarization.overlaps, " " if transcript.spaced else ""
+        )
         response = {
             "text": transcript.text,
             "chunks": [{"text": c.text, "timestamp": [c.start, c.end]} for c in transcript.chunks],

@@ -37,6 +37,16 @@ def test_settings_come_from_the_environment(monkeypatch):
     assert settings.torch_dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize(
+    ("asr_model", "assistant"),
+    [(str(BUNDLE_DIR / "whisper-base"), str(BUNDLE_DIR / "whisper-base-draft")), ("openai/whisper-large-v3", None)],
+)
+def test_an_unset_assistant_follows_the_asr_model(monkeypatch, asr_model, assistant):
+    monkeypatch.delenv("ASSISTANT_MODEL", raising=False)
+    monkeypatch.setenv("ASR_MODEL", asr_model)
+    assert ModelSettings().assistant_model == assistant
+
+
 def test_empty_diarization_model_disables_diarization(monkeypatch):
     monkeypatch.setenv("DIARIZATION_MODEL", "")
     assert ModelSettings().diarization_model is None

@@ -148,3 +148,10 @@ def test_the_turn_index_finds_what_a_full_scan_finds(diarization, start, length)
 
     nearest = index.nearest(start)
     assert nearest is None if not diarization else distance(nearest) == min(map(distance, diarization))
+
+
+def test_words_of_languages_without_spaces_are_joined_without_them():
+    words = [Chunk("你好", 0.0, 0.5), Chunk("。", 0.5, 0.6), Chunk("谢谢", 1.0, 1.5)]
+    turns = [Turn("SPEAKER_00", 0.0, 0.7), Turn("SPEAKER_01", 0.9, 1.6)]
+    _, segments = attribute_pieces(words, turns, 2.0, separator="")
+    assert [(s.speaker, s.text) for s in segments] == [("SPEAKER_00", "你好。"), ("SPEAKER_01", "谢谢")]
