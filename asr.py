@@ -10,12 +10,23 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 from transformers import AutoConfig, WhisperForCausalLM, WhisperForConditionalGeneration, WhisperProcessor
+from transformers.generation.logits_process import LogitsProcessorList
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE, _split_tokens_on_unicode
 
 from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, DecoderPass, token_times
 from audio import SAMPLE_RATE
 from config import InferenceConfig
-from decoding import DraftCounts, WeightMajorProjection, WhisperForDraftedGeneration
+from decoding import (
+    MIN_TOKENS,
+    DraftCounts,
+    GumbelSampling,
+    TokenBudget,
+    WeightMajorProjection,
+    WhisperForDraftedGeneration,
+    WindowRows,
+    is_looping,
+    token_limit,
+)
 from diarization_utils import Chunk, Progress, Turn, TurnIndex
 from errors import InvalidParametersError, ModelLoadError
 from formats import is_spaced
@@ -26,6 +37,7 @@ _ENERGY_SMOOTHING_S = 0.2
 _MAX_MEDIAN_WORD_S = 0.7  # a word lasts at most twice its segment's median word duration (median capped at this)
 _SPEECH_MARGIN_S = 0.5  # word timings from the alignment lag or lead the diarization's speech turns by up to this
 _FALLBACK_TEMPERATURE_STEP = 0.2
+_WINDOW_BUDGET = 1.5  # tokens a window's decodings (first and sampled) may generate in all, in its token limits
 _LANGUAGE_WINDOWS = 3  # the language is detected on the first windows (faster-whisper's language_detection_segments)
 
 
@@ -39,25 +51,33 @@ class Window:
 
 @dataclass(frozen=True)
 class _BatchInput:
-    """Windows decoded together: their features and attention mask, ``generate``'s options and the decoder
-    prompt (earlier text, start of transcript, language, task) their tokens follow."""
+    """Windows decoded together: their features and attention mask, ``generate``'s options, the decoder
+    prompt (earlier text, start of transcript, language, task) their tokens follow, each window's length in mel
+    frames and the index of the first window in the recording."""
 
     features: torch.Tensor
     attention_mask: torch.Tensor
     options: dict
     prompt: list[int]
+    frames: list[int]
+    first: int
 
 
 @dataclass(frozen=True)
 class Decoding:
     """How the windows were decoded: how many with the assistant, its drafted and accepted tokens, how many were
-    decoded again because their text repeated itself (temperature fallback), the time."""
+    decoded again because their text repeated itself or was cut short (temperature fallback), the sampled
+    decodings that took and those their token budget left out, how many windows kept a decoding cut short
+    (``decoding.TokenBudget``), the time."""
 
     windows: int
     assisted_windows: int
     drafted_tokens: int
     accepted_tokens: int
     fallback_windows: int
+    fallback_decodings: int
+    fallback_decodings_skipped: int
+    truncated_windows: int
     seconds: float
 
     def to_dict(self) -> dict:
@@ -70,6 +90,9 @@ class Decoding:
             "accepted_tokens": self.accepted_tokens,
             "acceptance_rate": None if rate is None else round(rate, 3),
             "fallback_windows": self.fallback_windows,
+            "fallback_decodings": self.fallback_decodings,
+            "fallback_decodings_skipped": self.fallback_decodings_skipped,
+            "truncated_windows": self.truncated_windows,
             "seconds": round(self.seconds, 3),
         }
 
@@ -189,6 +212,27 @@ def _passes(segments: list[dict], timestamp_begin: int) -> list[_Pass]:
     return passes
 
 
+@dataclass(frozen=True)
+class _Fallback:
+    """What the temperature fallback left of a batch: each window's segments, how many windows it decoded again,
+    the sampled decodings it ran and, per window, those its token budget left out."""
+
+    segments: list[list[dict]]
+    windows: int
+    decodings: int
+    skipped: list[int]
+
+
+def _window_warnings(window: Window, name: str, cut: str | None, skipped: int) -> list[str]:
+    """What the client should know about a window whose text is kept: its decoding was cut short (``cut`` says
+    why), or its token budget left out sampled decodings of the temperature fallback."""
+    where = f"{name} ({window.offset:.1f}-{window.offset + len(window.samples) / SAMPLE_RATE:.1f} s)"
+    warnings = [f"{where}: decoding cut short ({cut}); its text may be incomplete"] if cut else []
+    if skipped:
+        warnings.append(f"{where}: {skipped} sampled decoding(s) of the temperature fallback skipped, budget spent")
+    return warnings
+
+
 class WhisperTranscriber:
     """Whisper and its optional assistant, loaded once; ``transcribe`` turns a waveform into a ``Transcript``."""
 
@@ -211,6 +255,7 @@ class WhisperTranscriber:
             self.model.proj_out = WeightMajorProjection(self.model.proj_out)
         self.multilingual = bool(getattr(self.model.generation_config, "is_multilingual", False))
         self.aligner = CrossAttentionAligner(self.model)
+        self.model.encode = self.aligner.encode  # the fallback's and beams' windows are encoded once
         self.assistant = self._load_assistant(assistant, token) if assistant else None
         if self.assistant is not None:
             self.model.set_assistant(self.assistant)
@@ -267,8 +312,6 @@ class WhisperTranscriber:
             "return_segments": True,
             "return_dict_in_generate": True,
         }
-        if config.temperature > 0:
-            options.update(do_sample=True, temperature=config.temperature)
         if not self.multilingual:
             if config.task == "translate":
                 raise InvalidParametersError(
@@ -325,8 +368,9 @@ class WhisperTranscriber:
         segments: list[Segment] = []
         options: dict | None = None
         language, language_probability = "en", 1.0
-        done = assisted = fallback = 0
+        done = assisted = fallback = decodings = skipped = truncated = 0
         seconds = 0.0
+        warnings: list[str] = []
         counts = self.model.count_drafts() if self.assistant is not None else DraftCounts()
         for batch in _batched(windows, config.effective_batch_size):
             inputs = self.processor.feature_extractor(
@@ -347,29 +391,46 @@ class WhisperTranscriber:
             attention_mask = inputs.attention_mask.to(self.device)
             with self.aligner.keeping_encoder_passes():
                 started = time.perf_counter()
-                output = self.model.generate(features, attention_mask=attention_mask, **batch_options, **assistant)
-                batch_input = _BatchInput(features, attention_mask, batch_options, prompt)
-                windows_segments = output["segments"]
+                batch_input = _BatchInput(features, attention_mask, batch_options, prompt, mel_frames, done)
+                windows_segments = self._generate(batch_input, list(range(len(batch))), config.temperature, **assistant)
                 if config.beam_size > 1:
                     windows_segments = self._search_beams(batch_input, windows_segments, config)
-                windows_segments, redecoded = self._fall_back(batch_input, windows_segments, config)
+                fell_back = self._fall_back(batch_input, windows_segments, config)
                 seconds += time.perf_counter() - started
-                fallback += redecoded
-                dated = self._date_tokens(features, mel_frames, windows_segments, prompt, config)
+                fallback, decodings = fallback + fell_back.windows, decodings + fell_back.decodings
+                skipped += sum(fell_back.skipped)
+                dated = self._date_tokens(features, mel_frames, fell_back.segments, prompt, config)
             heard = []
-            for window, window_segments in zip(batch, dated, strict=True):
+            for i, (window, window_segments) in enumerate(zip(batch, dated, strict=True)):
+                kept = len(segments)
                 for segment, times in window_segments:
                     decoded = self._segment(window, segment, times, is_spaced(language, config.task))
                     if _has_word(decoded.chunk.text):
                         segments.append(decoded)
                         heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
+                if len(segments) > kept:
+                    cut = self._cut_short(fell_back.segments[i], mel_frames[i])
+                    truncated += cut is not None
+                    name = f"window {done + i + 1} of {len(windows)}"
+                    warnings += _window_warnings(window, name, cut, fell_back.skipped[i])
             if config.condition_on_previous_text:
-                context = [] if redecoded else (context + heard)[-self._max_context :]
+                context = [] if fell_back.windows else (context + heard)[-self._max_context :]
             done += len(batch)
             if progress is not None:
                 progress("transcription", done, len(windows))
-        decoding = Decoding(len(windows), assisted, counts.drafted, counts.accepted, fallback, seconds)
-        return Transcript(segments, language, language_probability, decoding, spaced=is_spaced(language, config.task))
+        decoding = Decoding(
+            windows=len(windows),
+            assisted_windows=assisted,
+            drafted_tokens=counts.drafted,
+            accepted_tokens=counts.accepted,
+            fallback_windows=fallback,
+            fallback_decodings=decodings,
+            fallback_decodings_skipped=skipped,
+            truncated_windows=truncated,
+            seconds=seconds,
+        )
+        spaced = is_spaced(language, config.task)
+        return Transcript(segments, language, language_probability, decoding, tuple(warnings), spaced=spaced)
 
     def _search_beams(
         self, batch: _BatchInput, segments: list[list[dict]], config: InferenceConfig
@@ -387,34 +448,53 @@ class WhisperTranscriber:
             segments[i] = window
         return segments
 
-    def _fall_back(
-        self, batch: _BatchInput, segments: list[list[dict]], config: InferenceConfig
-    ) -> tuple[list[list[dict]], int]:
-        """Whisper's temperature fallback: windows whose text is repetitive (``compression_ratio_threshold``) are
-        decoded again with sampling at rising temperatures, without the assistant or beams, until a decoding
-        passes both the compression and the ``logprob_threshold`` test. Where none does, the sampled decoding that
-        does not repeat itself and has the highest average log-probability replaces the window's (as
-        faster-whisper picks); where every one repeats itself, the first stays. Returns each window's segments and
-        how many windows were decoded again."""
+    def _fall_back(self, batch: _BatchInput, segments: list[list[dict]], config: InferenceConfig) -> _Fallback:
+        """Whisper's temperature fallback: windows whose text is repetitive (``compression_ratio_threshold``, or a
+        loop that ``TokenBudget`` cut short) are decoded again with sampling at rising temperatures, without the
+        assistant or beams, until a decoding is not cut short and passes both the compression and the
+        ``logprob_threshold`` test.
+        Where none does, the sampled decoding that was not cut short, does not repeat itself and has the highest
+        average log-probability replaces the window's (as faster-whisper picks); where there is none, the first
+        stays. A window's decodings share ``_WINDOW_BUDGET`` times its token limit: each sampled one may use what
+        the earlier ones left, and once that is under ``MIN_TOKENS`` the window's remaining temperatures are
+        skipped."""
         threshold = config.compression_ratio_threshold
-        failing = [i for i, window in enumerate(segments) if threshold and self._compression_ratio(window) > threshold]
+        failing = [i for i, window in enumerate(segments) if self._fails(window, threshold)]
         if failing and config.no_speech_threshold is not None:  # Whisper's rule: silence is not decoded again
             speech = self._heard(batch, segments, failing, config)
             failing = [i for i, is_speech in zip(failing, speech, strict=True) if is_speech]
+        skipped = [0] * len(segments)
         if not failing:
-            return segments, 0
+            return _Fallback(segments, 0, 0, skipped)
         segments, temperature = list(segments), config.temperature
-        retried = len(failing)
+        retried, decodings = len(failing), 0
+        spare = [
+            int(_WINDOW_BUDGET * token_limit(frames)) - sum(len(segment["tokens"]) for segment in window)
+            for frames, window in zip(batch.frames, segments, strict=True)
+        ]
         unsure: dict[int, tuple[float, list[dict]]] = {}
-        with torch.random.fork_rng(devices=self._cuda_devices):
-            torch.manual_seed(0)  # the same request gets the same text
-            while failing and temperature < 1.0:
-                temperature = min(1.0, round(temperature + _FALLBACK_TEMPERATURE_STEP, 6))
-                failing = self._sample_again(batch, segments, failing, temperature, config, unsure)
+        while failing and temperature < 1.0:
+            temperature = min(1.0, round(temperature + _FALLBACK_TEMPERATURE_STEP, 6))
+            affordable = [i for i in failing if spare[i] >= MIN_TOKENS]
+            for i in set(failing) - set(affordable):
+                skipped[i] += 1
+            decodings += len(affordable)
+            still = self._sample_again(batch, segments, affordable, temperature, config, unsure, spare)
+            failing = sorted(set(failing) - set(affordable) | set(still))
         for i in failing:
             if i in unsure:
                 segments[i] = unsure[i][1]
-        return segments, retried
+        return _Fallback(segments, retried, decodings, skipped)
+
+    def _fails(self, window: list[dict], threshold: float | None) -> bool:
+        """Whether a window's decoding needs the temperature fallback (``threshold`` set): repetitive text, by gzip or
+        by the loop check (which cuts a loop before gzip can see it). One cut at its token limit but not repetitive
+        is dense speech, which sampling would not make shorter."""
+        if threshold is None:
+            return False
+        passes = _passes(window, self._timestamp_begin)
+        looping = any(is_looping(decoding_pass.tokens, self._end_of_text) for decoding_pass in passes)
+        return looping or self._compression_ratio(window) > threshold
 
     def _sample_again(
         self,
@@ -424,16 +504,22 @@ class WhisperTranscriber:
         temperature: float,
         config: InferenceConfig,
         unsure: dict[int, tuple[float, list[dict]]],
+        spare: list[int],
     ) -> list[int]:
-        """Decode the ``failing`` windows with sampling at ``temperature``; a decoding that passes the compression
-        and log-probability tests replaces the window's ``segments``, one that only passes the compression test
-        is kept in ``unsure`` (window -> average log-probability, segments) if it is the best so far. Returns the
-        windows that still fail."""
-        sampled = self._generate(batch, failing, do_sample=True, temperature=temperature)
+        """Decode the ``failing`` windows with sampling at ``temperature``, each within its ``spare`` tokens (less
+        what this decoding uses); a decoding that is not cut short and passes the compression and log-probability
+        tests replaces the window's ``segments``, one that only fails the log-probability test is kept in
+        ``unsure`` (window -> average log-probability, segments) if it is the best so far. Returns the windows
+        that still fail."""
+        if not failing:
+            return []
+        sampled = self._generate(batch, failing, temperature, [spare[i] for i in failing])
         tokens, first = self._first_pass(batch.features[failing], sampled, batch.prompt)
         still = []
         for row, (i, window) in enumerate(zip(failing, sampled, strict=True)):
-            if self._compression_ratio(window) > config.compression_ratio_threshold:
+            cut = self._cut_short(window, batch.frames[i], spare[i])
+            spare[i] -= sum(len(segment["tokens"]) for segment in window)
+            if cut or self._compression_ratio(window) > config.compression_ratio_threshold:
                 still.append(i)
                 continue
             logprob = self._average_logprob(first.hidden[row], len(batch.prompt), tokens[row])
@@ -445,11 +531,41 @@ class WhisperTranscriber:
                     unsure[i] = (logprob, window)
         return still
 
-    def _generate(self, batch: _BatchInput, rows: list[int], **options) -> list[list[dict]]:
-        """Decode the windows ``rows`` of ``batch`` again, with ``options`` over the batch's own; their segments."""
+    def _generate(
+        self,
+        batch: _BatchInput,
+        rows: list[int],
+        temperature: float = 0.0,
+        spare: list[int] | None = None,
+        **options,
+    ) -> list[list[dict]]:
+        """Decode the windows ``rows`` of ``batch`` with ``options`` over the batch's own: greedy (or beams), or
+        sampled at ``temperature`` (``GumbelSampling``, seeded by window and temperature), every pass within its
+        token limit (``TokenBudget``; at most ``spare`` tokens per window when given). Their segments."""
+        windows = WindowRows([batch.frames[i] for i in rows])
+        processors = LogitsProcessorList([TokenBudget(windows, self._timestamp_begin, self._end_of_text, spare)])
+        if temperature > 0:
+            seeds = [(batch.first + i) * 1000 + round(temperature * 100) for i in rows]
+            processors.append(GumbelSampling(windows, temperature, seeds))
         return self.model.generate(
-            batch.features[rows], attention_mask=batch.attention_mask[rows], **{**batch.options, **options}
+            batch.features[rows],
+            attention_mask=batch.attention_mask[rows],
+            logits_processor=processors,
+            monitor_progress=windows,
+            **{**batch.options, **options},
         )["segments"]
+
+    def _cut_short(self, window: list[dict], frames: int, spare: int | None = None) -> str | None:
+        """Why ``TokenBudget`` cut a window's decoding short (``frames`` long, at most ``spare`` tokens a pass), or
+        None: a pass reached its token limit, or its text ends in a repetition loop."""
+        for decoding_pass in _passes(window, self._timestamp_begin):
+            left = frames - decoding_pass.seek
+            limit = token_limit(left) if spare is None else min(token_limit(left), spare)
+            if len(decoding_pass.tokens) >= limit:
+                return f"the limit of {limit} tokens for {left / 100:.1f} s of audio was reached"
+            if is_looping(decoding_pass.tokens, self._end_of_text):
+                return "the same words repeated over and over"
+        return None
 
     def _heard(
         self, batch: _BatchInput, segments: list[list[dict]], rows: list[int], config: InferenceConfig
@@ -467,12 +583,6 @@ class WhisperTranscriber:
         """The tokens of each window's first ``generate`` pass, and a teacher-forced decoder pass over them."""
         tokens = [_passes(window, self._timestamp_begin)[0].tokens if window else [] for window in windows]
         return tokens, self.aligner.decode([prompt + t for t in tokens], self.aligner.encode(features))
-
-    @property
-    def _cuda_devices(self) -> list[int]:
-        if self.device.type != "cuda":
-            return []
-        return [torch.cuda.current_device() if self.device.index is None else self.device.index]
 
     @property
     def _timestamp_begin(self) -> int:

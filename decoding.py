@@ -9,12 +9,21 @@
   verification loop: Whisper checks every drafted token, so the text is the one greedy decoding gives. The
   generic assistant loop costs more per drafted token than a tiny.en step saves. Whisper's ``generate`` also drops
   the start-of-text suppression when assisted; it is put back, so assisted and plain decoding obey the same rules.
+
+And two logits processors that bound and seed what ``generate`` does with each window (``WindowRows`` follows which
+window a row of the batch decodes, pass by pass):
+
+- ``TokenBudget`` ends a pass that has generated its share of tokens (Whisper's 224 per 30 s, scaled to the audio
+  the pass covers) or that repeats the same words over and over, with a closing timestamp and end of text.
+- ``GumbelSampling`` samples as a greedy choice over logits plus Gumbel noise drawn from a generator of its own.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +36,7 @@ from transformers.generation.logits_process import (
     SuppressTokensAtBeginLogitsProcessor,
     SuppressTokensLogitsProcessor,
 )
+from transformers.modeling_outputs import BaseModelOutput
 
 _FIRST_DRAFT_LENGTH = 8  # then +2 after a fully accepted draft, -1 after a rejection (transformers' heuristic)
 
@@ -73,6 +83,118 @@ class SuppressTokensAtBegin(SuppressTokens):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         return super().__call__(input_ids, scores) if input_ids.shape[-1] == self.begin_index else scores
+
+
+TOKENS_PER_SECOND = 224 / 30
+"""Whisper's cap on the tokens one pass generates (``sample_len``: 224 for a 30 s window), per second of audio."""
+MIN_TOKENS = 24
+"""The least a pass may generate, however short its audio."""
+_LOOP_MAX_NGRAM = 16
+_LOOP_MIN_REPEATS = 4
+_LOOP_MIN_TOKENS = 24
+_MEL_FRAMES_PER_TIMESTAMP = 2  # timestamp tokens step by 20 ms, mel frames by 10 ms
+_LAST_TIMESTAMP = 1500  # <|30.00|>
+
+
+def token_limit(frames: int) -> int:
+    """How many tokens a pass over ``frames`` mel frames of audio may generate."""
+    return max(MIN_TOKENS, math.ceil(TOKENS_PER_SECOND * frames / 100))
+
+
+def is_looping(tokens: list[int], eos: int) -> bool:
+    """Whether the text tokens (``tokens`` below ``eos``: timestamps and control tokens left out) end in one
+    n-gram of at most 16 tokens said again and again: at least 4 times in a row, over at least 24 tokens."""
+    text = [token for token in tokens if token < eos]
+    for n in range(1, _LOOP_MAX_NGRAM + 1):
+        span = n * max(_LOOP_MIN_REPEATS, -(-_LOOP_MIN_TOKENS // n))
+        if len(text) >= span and text[-span:] == text[-n:] * (span // n):
+            return True
+    return False
+
+
+class WindowRows:
+    """Which window each row of a ``generate`` batch decodes, and the mel frame its current pass starts at.
+
+    Whisper's ``generate`` decodes a window in passes (after a pass that ends in an unfinished segment, the next
+    starts at that segment's opening timestamp) and leaves finished windows out of the next pass; passed as
+    ``monitor_progress``, this object follows. ``frames``: each window's length in mel frames.
+    """
+
+    def __init__(self, frames: list[int]):
+        self.frames = frames
+        self.seek = [0] * len(frames)
+        self.active = list(range(len(frames)))
+
+    def __call__(self, progress: torch.Tensor) -> None:
+        """``generate``'s progress before each pass: each window's seek and total frames."""
+        self.seek = progress[:, 0].tolist()
+        self.active = [i for i, (seek, total) in enumerate(progress.tolist()) if seek < total]
+
+    def window(self, row: int, rows: int) -> int:
+        """The window that row ``row`` of ``rows`` decodes (beam search gives each window several rows)."""
+        return self.active[row // (rows // len(self.active))]
+
+    def frames_left(self, window: int) -> int:
+        return max(0, self.frames[window] - self.seek[window])
+
+
+class TokenBudget(LogitsProcessor):
+    """Cuts a pass short once it has generated ``token_limit`` tokens for the audio it covers (at most
+    ``spare[window]`` when given) or ``is_looping``. The pass is closed as Whisper closes one: a timestamp after
+    text (the window's end, or the last timestamp if that is later), then end of text; ``generate`` then takes
+    the window as done, where a pass stopped in mid-segment would be followed by another."""
+
+    def __init__(self, rows: WindowRows, timestamp_begin: int, eos: int, spare: list[int] | None = None):
+        self.rows, self.timestamp_begin, self.eos, self.spare = rows, timestamp_begin, eos, spare
+        self.begin_index = 0
+
+    def set_begin_index(self, begin_index: int) -> None:
+        self.begin_index = begin_index
+
+    def limit(self, window: int) -> int:
+        limit = token_limit(self.rows.frames_left(window))
+        return limit if self.spare is None else min(limit, self.spare[window])
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        closing = {}
+        for row, tokens in enumerate(input_ids[:, self.begin_index :].tolist()):
+            window = self.rows.window(row, len(input_ids))
+            if len(tokens) >= self.limit(window) or is_looping(tokens, self.eos):
+                closing[row] = self._closing(tokens, window)
+        if not closing:
+            return scores
+        scores = scores.clone()
+        for row, token in closing.items():
+            scores[row] = -float("inf")
+            scores[row, token] = 0.0
+        return scores
+
+    def _closing(self, tokens: list[int], window: int) -> int:
+        if tokens[-1] >= self.eos:  # a timestamp
+            return self.eos
+        end = self.timestamp_begin + min(_LAST_TIMESTAMP, self.rows.frames_left(window) // _MEL_FRAMES_PER_TIMESTAMP)
+        return max([end, *(token for token in tokens if token >= self.timestamp_begin)])
+
+
+class GumbelSampling(LogitsProcessor):
+    """Sampling at ``temperature`` as a greedy choice: the logits divided by the temperature plus Gumbel noise
+    peak at an exact sample of softmax(logits / temperature). The noise comes from a generator of this object's
+    own, seeded by the window's entry of ``seeds``, its pass and the position, so the text depends on nothing
+    else: not on other requests (no process-wide random state), on the batch, or on drafts (the assistant's
+    draft sees the noise of the model that checks it)."""
+
+    def __init__(self, rows: WindowRows, temperature: float, seeds: list[int]):
+        self.rows, self.temperature, self.seeds = rows, temperature, seeds
+        self.generator = torch.Generator()
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        uniform = torch.empty(scores.shape, dtype=torch.float64)
+        for row in range(len(scores)):
+            window = self.rows.window(row, len(scores))
+            seed = (self.seeds[window] * 1_000_003 + self.rows.seek[window]) * 1_000_003 + input_ids.shape[1]
+            uniform[row].uniform_(generator=self.generator.manual_seed(seed % 2**63))
+        gumbel = -torch.log(-torch.log(uniform))
+        return scores / self.temperature + gumbel.to(scores.device, scores.dtype)
 
 
 @dataclass
@@ -225,7 +347,19 @@ class WhisperForDraftedGeneration(WhisperForConditionalGeneration):
     """Whisper whose ``generate`` uses ``SuppressTokens`` and, given ``assistant_model``, ``DraftCandidates``.
 
     ``set_assistant`` builds the draft; ``count_drafts`` starts counting the drafts of this thread's next calls.
+    ``encode``, when set, gives ``generate`` the encoder output of its log-mel input (e.g. one kept from an
+    earlier call on the same windows: the temperature fallback decodes them again).
     """
+
+    encode: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def _prepare_encoder_decoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name, config):
+        if self.encode is None or config.output_attentions or config.output_hidden_states:
+            return super()._prepare_encoder_decoder_kwargs_for_generation(
+                inputs_tensor, model_kwargs, model_input_name, config
+            )
+        model_kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=self.encode(inputs_tensor))
+        return model_kwargs
 
     def set_assistant(self, assistant: nn.Module) -> None:
         """Draft with ``assistant``'s decoder. A full Whisper whose encoder is this model's (distil-whisper keeps
@@ -249,6 +383,13 @@ class WhisperForDraftedGeneration(WhisperForConditionalGeneration):
             generation_config, logits_processor, begin_index, num_beams, device
         )
         return [self._masked(processor, device) for processor in processors]
+
+    def _get_logits_processor(self, generation_config, *args, **kwargs) -> LogitsProcessorList:
+        """transformers 4.57 puts the model's suppression lists, which Whisper's ``generate`` moved into its own
+        processors, back into the generation config: their second copy is masked too (the membership test cost
+        1-2 ms a step)."""
+        processors = super()._get_logits_processor(generation_config, *args, **kwargs)
+        return LogitsProcessorList(self._masked(processor, self.device) for processor in processors)
 
     def _masked(self, processor: LogitsProcessor, device: torch.device) -> LogitsProcessor:
         vocab_size = self.config.vocab_size
