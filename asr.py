@@ -145,6 +145,31 @@ class Transcript:
         kept = [segment for segment in self.segments if segment.is_near(index, _SPEECH_MARGIN_S)]
         return replace(self, segments=kept), len(self.segments) - len(kept)
 
+    def without_repeats(self) -> tuple[Transcript, int]:
+        """This transcript without the segments of ``_MIN_REPEAT_WORDS`` words or more that say again, word for
+        word, a segment of the ``_REPEAT_LOOKBACK_S`` before (Whisper filling a pause with what it heard earlier),
+        and the number of segments left out."""
+        kept: list[Segment] = []
+        for segment in self.segments:
+            words = _normalized_words(segment.chunk.text)
+            start = segment.chunk.start or 0.0
+            if len(words) >= _MIN_REPEAT_WORDS and any(
+                _normalized_words(earlier.chunk.text) == words
+                and start - (earlier.chunk.start or 0.0) <= _REPEAT_LOOKBACK_S
+                for earlier in kept
+            ):
+                continue
+            kept.append(segment)
+        return replace(self, segments=kept), len(self.segments) - len(kept)
+
+
+_MIN_REPEAT_WORDS = 5
+_REPEAT_LOOKBACK_S = 30.0
+
+
+def _normalized_words(text: str) -> list[str]:
+    return "".join(c.lower() if c.isalnum() else " " for c in text).split()
+
 
 def split_windows(waveform: np.ndarray, max_length_s: float) -> list[Window]:
     """Cut ``waveform`` into windows of at most ``max_length_s``, each cut at the quietest nearby moment."""
@@ -452,12 +477,11 @@ class WhisperTranscriber:
         """Whisper's temperature fallback: windows whose text is repetitive (``compression_ratio_threshold``, or a
         loop that ``TokenBudget`` cut short) are decoded again with sampling at rising temperatures, without the
         assistant or beams, until a decoding is not cut short and passes both the compression and the
-        ``logprob_threshold`` test.
-        Where none does, the sampled decoding that was not cut short, does not repeat itself and has the highest
-        average log-probability replaces the window's (as faster-whisper picks); where there is none, the first
-        stays. A window's decodings share ``_WINDOW_BUDGET`` times its token limit: each sampled one may use what
-        the earlier ones left, and once that is under ``MIN_TOKENS`` the window's remaining temperatures are
-        skipped."""
+        ``logprob_threshold`` test. Where none does, the sampled decoding that was not cut short, does not repeat
+        itself and has the highest average log-probability replaces the window's (as faster-whisper picks); where
+        there is none, the first stays. A window's decodings share ``_WINDOW_BUDGET`` times its token limit: each
+        sampled one may use what the earlier ones left, and once that is under ``MIN_TOKENS`` the window's
+        remaining temperatures are skipped."""
         threshold = config.compression_ratio_threshold
         failing = [i for i, window in enumerate(segments) if self._fails(window, threshold)]
         if failing and config.no_speech_threshold is not None:  # Whisper's rule: silence is not decoded again
@@ -562,7 +586,7 @@ class WhisperTranscriber:
             left = frames - decoding_pass.seek
             limit = token_limit(left) if spare is None else min(token_limit(left), spare)
             if len(decoding_pass.tokens) >= limit:
-                return f"the limit of {limit} tokens for {left / 100:.1f} s of audio was reached"
+                return f"the limit of {limit} tokens for {left * MEL_FRAME_S:.1f} s of audio was reached"
             if is_looping(decoding_pass.tokens, self._end_of_text):
                 return "the same words repeated over and over"
         return None
