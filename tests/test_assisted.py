@@ -42,7 +42,7 @@ def test_draft_decoder_computes_whisper_decoder_logits():
     encoder_output = torch.randn(1, 1500, decoder.config.d_model, generator=torch.Generator().manual_seed(0))
     tokens = torch.tensor([50257, 50363, 440, 1049, 1110, 286, 262, 3504, 11])
     with torch.inference_mode():
-        expected = decoder(input_ids=tokens[None], encoder_outputs=encoder_output).logits[0, 3:]
+        expected = decoder(input_ids=tokens[None], encoder_outputs=encoder_output, use_cache=False).logits[0, 3:]
         state = draft.start(encoder_output)
         steps = [draft.step(state, tokens[:4])] + [draft.step(state, token[None]) for token in tokens[4:]]
         state.length = 6  # forget the last three tokens, as after a rejected draft, and feed them again

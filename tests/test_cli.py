@@ -18,7 +18,7 @@ def test_files_are_written_per_format_and_a_bad_file_is_reported(tmp_path, clip_
     (tmp_path / "notes.wav").write_text("not audio")
     result = run_cli(str(tmp_path / "clip.wav"), str(tmp_path / "notes.wav"), "--format", "srt", "--out", str(tmp_path))
     assert result.returncode == 1
-    assert "notes.wav: inputs: not a readable audio file" in result.stderr
+    assert "notes.wav: inputs: text is not an accepted audio file" in result.stderr
     srt = (tmp_path / "clip.srt").read_text()
     assert srt.startswith("1\n00:00:") and "Diane in New Jersey" in " ".join(srt.split())
     assert not (tmp_path / "notes.srt").exists()
