@@ -205,7 +205,7 @@ def test_windows_conditioned_on_the_previous_text_keep_every_word_in_order(handl
     ("data", "error", "message"),
     [
         ({"inputs": "%%% not base64 %%%"}, InvalidAudioError, "not valid base64"),
-        ({"inputs": base64.b64encode(b"plain text, not audio" * 50).decode()}, InvalidAudioError, "not a readable"),
+        ({"inputs": base64.b64encode(b"plain text, not audio" * 50).decode()}, InvalidAudioError, "text is not an"),
         ({"inputs": ""}, AudioTooShortError, "empty"),
         ({"parameters": {}}, RequestError, '"inputs"'),
         ("just a string", RequestError, '"inputs"'),

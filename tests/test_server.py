@@ -43,7 +43,11 @@ def test_raw_audio_takes_parameters_from_the_query(client, clip_wav):
     ("request_kwargs", "status", "message"),
     [
         ({"content": b"hello", "headers": {"Content-Type": "text/plain"}}, 415, "content type 'text/plain'"),
-        ({"content": b"not audio at all", "headers": {"Content-Type": "audio/wav"}}, 415, "not a readable audio"),
+        (
+            {"content": b"not audio at all", "headers": {"Content-Type": "audio/wav"}},
+            415,
+            "text is not an accepted audio file",
+        ),
         ({"content": b"{", "headers": {"Content-Type": "application/json"}}, 400, "not valid JSON"),
         ({"json": {"audio": "x"}}, 400, '"inputs"'),
         ({"json": {"inputs": "AAAA", "parameters": {"speakers": 2}}}, 422, "unknown parameter 'speakers'"),
