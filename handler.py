@@ -68,6 +68,7 @@ class EndpointHandler:
             raise InferenceError(f"processing the request failed ({type(error).__name__})") from error
 
     def _serve(self, data: dict, progress: Progress | None) -> dict:
+        """One request, from validation to the response; ``__call__`` turns its failures into project errors."""
         if not isinstance(data, dict) or "inputs" not in data:
             raise RequestError('the request must be an object with "inputs" (base64 audio) and optional "parameters"')
         config = InferenceConfig.from_parameters(data.get("parameters"))
