@@ -145,31 +145,6 @@ class Transcript:
         kept = [segment for segment in self.segments if segment.is_near(index, _SPEECH_MARGIN_S)]
         return replace(self, segments=kept), len(self.segments) - len(kept)
 
-    def without_repeats(self) -> tuple[Transcript, int]:
-        """This transcript without the segments of ``_MIN_REPEAT_WORDS`` words or more that say again, word for
-        word, a segment of the ``_REPEAT_LOOKBACK_S`` before (Whisper filling a pause with what it heard earlier),
-        and the number of segments left out."""
-        kept: list[Segment] = []
-        for segment in self.segments:
-            words = _normalized_words(segment.chunk.text)
-            start = segment.chunk.start or 0.0
-            if len(words) >= _MIN_REPEAT_WORDS and any(
-                _normalized_words(earlier.chunk.text) == words
-                and start - (earlier.chunk.start or 0.0) <= _REPEAT_LOOKBACK_S
-                for earlier in kept
-            ):
-                continue
-            kept.append(segment)
-        return replace(self, segments=kept), len(self.segments) - len(kept)
-
-
-_MIN_REPEAT_WORDS = 5
-_REPEAT_LOOKBACK_S = 30.0
-
-
-def _normalized_words(text: str) -> list[str]:
-    return "".join(c.lower() if c.isalnum() else " " for c in text).split()
-
 
 def split_windows(waveform: np.ndarray, max_length_s: float) -> list[Window]:
     """Cut ``waveform`` into windows of at most ``max_length_s``, each cut at the quietest nearby moment."""

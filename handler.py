@@ -91,9 +91,6 @@ class EndpointHandler:
         )
         checkpoint("merge", 0, 1)
         warnings = list(transcript.warnings)
-        transcript, repeated = transcript.without_repeats()
-        if repeated:
-            warnings.append(f"{repeated} transcribed segment(s) that repeated earlier text word for word were left out")
         if self.diarization is not None:
             transcript, unspoken = transcript.within_speech(diarization.turns)
             if unspoken:
