@@ -367,7 +367,7 @@ class WhisperTranscriber:
         context = self._prompt_tokens(config.prompt)
         segments: list[Segment] = []
         options: dict | None = None
-        language, language_probability = "en", 1.0
+        language, language_probability, spaced = "en", 1.0, True
         done = assisted = fallback = decodings = skipped = truncated = 0
         seconds = 0.0
         warnings: list[str] = []
@@ -382,6 +382,7 @@ class WhisperTranscriber:
             features = inputs.input_features.to(self.device, self.dtype)
             if options is None:
                 options, language, language_probability = self._generation_options(config, windows)
+                spaced = is_spaced(language, config.task)
             earlier = [self.model.generation_config.prev_sot_token_id, *context] if context else []
             prompt = earlier + self._prompt(language, config.task)
             batch_options = {**options, "prompt_ids": torch.tensor(earlier, device=self.device)} if earlier else options
@@ -404,7 +405,7 @@ class WhisperTranscriber:
             for i, (window, window_segments) in enumerate(zip(batch, dated, strict=True)):
                 kept = len(segments)
                 for segment, times in window_segments:
-                    decoded = self._segment(window, segment, times, is_spaced(language, config.task))
+                    decoded = self._segment(window, segment, times, spaced)
                     if _has_word(decoded.chunk.text):
                         segments.append(decoded)
                         heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
@@ -429,7 +430,6 @@ class WhisperTranscriber:
             truncated_windows=truncated,
             seconds=seconds,
         )
-        spaced = is_spaced(language, config.task)
         return Transcript(segments, language, language_probability, decoding, tuple(warnings), spaced=spaced)
 
     def _search_beams(
