@@ -1,7 +1,12 @@
-"""Transcript scoring helpers: normalised word errors, speaker-attributed errors (cpWER), annotations for DER."""
+"""Transcript scoring helpers: normalised word errors, speaker-attributed errors (cpWER), annotations for DER.
+
+English is normalised as Whisper's evaluations do; other languages are case-folded with punctuation and symbols
+removed, and those written without spaces (zh, ja...) are compared character by character (CER).
+"""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -14,23 +19,32 @@ from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 _NORMALIZER = EnglishTextNormalizer({})
 
 
-def normalize(text: str) -> list[str]:
-    """Words as Whisper's evaluations compare them: "Seven fifteen?" and "715." are both ["715"]."""
-    return _NORMALIZER(text).split()
+CHARACTER_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
+"""Languages written without spaces: scored by characters (CER), not words."""
 
 
-def word_errors(reference: str, hypothesis: str) -> int:
-    """Substitutions + deletions + insertions between two texts, word level."""
-    return Levenshtein.distance(normalize(reference), normalize(hypothesis))
+def normalize(text: str, language: str = "en") -> list[str]:
+    """The units errors are counted in: English words as Whisper's evaluations compare them ("Seven fifteen?" and
+    "715." are both ["715"]); other languages' case-folded words without punctuation, or their characters."""
+    if language == "en":
+        return _NORMALIZER(text).split()
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    words = "".join(" " if unicodedata.category(c)[0] in "PSZ" else c for c in folded).split()
+    return list("".join(words)) if language in CHARACTER_LANGUAGES else words
 
 
-def cp_word_errors(reference: Mapping[str, str], hypothesis: Mapping[str, str]) -> int:
+def word_errors(reference: str, hypothesis: str, language: str = "en") -> int:
+    """Substitutions + deletions + insertions between two texts, in words (characters for ``CHARACTER_LANGUAGES``)."""
+    return Levenshtein.distance(normalize(reference, language), normalize(hypothesis, language))
+
+
+def cp_word_errors(reference: Mapping[str, str], hypothesis: Mapping[str, str], language: str = "en") -> int:
     """Errors of the best one-to-one matching of hypothesis speakers to reference speakers (each speaker's words)."""
     ref_texts, hyp_texts = list(reference.values()), list(hypothesis.values())
     size = max(len(ref_texts), len(hyp_texts))
     ref_texts += [""] * (size - len(ref_texts))
     hyp_texts += [""] * (size - len(hyp_texts))
-    cost = np.array([[word_errors(r, h) for h in hyp_texts] for r in ref_texts])
+    cost = np.array([[word_errors(r, h, language) for h in hyp_texts] for r in ref_texts])
     rows, cols = linear_sum_assignment(cost)
     return int(cost[rows, cols].sum())
 
