@@ -6,7 +6,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -191,10 +191,13 @@ class Overlap:
 
 @dataclass(frozen=True)
 class Diarization:
-    """Exclusive turns (one speaker at a time, for attributing words) and the overlapped regions, in time order."""
+    """Exclusive turns (one speaker at a time, for attributing words) and the overlapped regions, in time order;
+    ``speaker_embeddings``: each speaker's centroid from the clustering (as the pipeline gives it, not normalised;
+    all zeros for a speaker the clustering had no centroid for), when the pipeline gives them."""
 
     turns: list[Turn]
     overlaps: list[Overlap]
+    speaker_embeddings: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 NO_DIARIZATION = Diarization([], [])
@@ -228,7 +231,9 @@ def diarize(
         )
         for region in full.get_overlap()
     ]
-    return Diarization(sorted(turns, key=lambda turn: (turn.start, turn.end)), overlaps)
+    centroids = getattr(output, "speaker_embeddings", None)  # rows in the order of ``full.labels()``
+    embeddings = {} if centroids is None else dict(zip(map(str, full.labels()), centroids, strict=True))
+    return Diarization(sorted(turns, key=lambda turn: (turn.start, turn.end)), overlaps, embeddings)
 
 
 def _intervals(chunks: Sequence[Chunk], duration: float) -> list[tuple[float, float]]:
