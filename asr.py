@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -355,13 +355,25 @@ class WhisperTranscriber:
             return False
         return config.assisted is True or (batch_size == 1 and config.temperature == 0 and config.beam_size == 1)
 
+    def validate(self, config: InferenceConfig) -> None:
+        """Raise the ``InvalidParametersError`` that ``transcribe`` would raise for ``config`` alone (prompt, language,
+        task, assistant), before any audio is processed."""
+        self._prompt_tokens(config.prompt)
+        self._generation_options(config.model_copy(update={"language": config.language or "en"}), [])
+
     @torch.inference_mode()
-    def transcribe(self, waveform: np.ndarray, config: InferenceConfig, progress: Progress | None = None) -> Transcript:
+    def transcribe(
+        self,
+        waveform: np.ndarray,
+        config: InferenceConfig,
+        progress: Progress | None = None,
+        on_batch: Callable[[Transcript], None] | None = None,
+    ) -> Transcript:
         """Transcribe a 16 kHz mono waveform window by window, batching windows when not assisted.
 
         ``generate`` picks the tokens (SDPA attention, nothing kept per step; ``decoding`` for the assistant);
         one teacher-forced decoder pass per batch then dates them (``alignment``) and gives the
-        log-probabilities of Whisper's no-speech rule.
+        log-probabilities of Whisper's no-speech rule. ``on_batch`` gets the transcript so far after each batch.
         """
         windows = split_windows(waveform, config.chunk_length_s)
         context = self._prompt_tokens(config.prompt)
@@ -372,6 +384,21 @@ class WhisperTranscriber:
         seconds = 0.0
         warnings: list[str] = []
         counts = self.model.count_drafts() if self.assistant is not None else DraftCounts()
+
+        def transcript() -> Transcript:
+            decoding = Decoding(
+                windows=len(windows),
+                assisted_windows=assisted,
+                drafted_tokens=counts.drafted,
+                accepted_tokens=counts.accepted,
+                fallback_windows=fallback,
+                fallback_decodings=decodings,
+                fallback_decodings_skipped=skipped,
+                truncated_windows=truncated,
+                seconds=seconds,
+            )
+            return Transcript(list(segments), language, language_probability, decoding, tuple(warnings), spaced=spaced)
+
         for batch in _batched(windows, config.effective_batch_size):
             inputs = self.processor.feature_extractor(
                 [window.samples for window in batch],
@@ -417,20 +444,11 @@ class WhisperTranscriber:
             if config.condition_on_previous_text:
                 context = [] if fell_back.windows else (context + heard)[-self._max_context :]
             done += len(batch)
+            if on_batch is not None:
+                on_batch(transcript())
             if progress is not None:
                 progress("transcription", done, len(windows))
-        decoding = Decoding(
-            windows=len(windows),
-            assisted_windows=assisted,
-            drafted_tokens=counts.drafted,
-            accepted_tokens=counts.accepted,
-            fallback_windows=fallback,
-            fallback_decodings=decodings,
-            fallback_decodings_skipped=skipped,
-            truncated_windows=truncated,
-            seconds=seconds,
-        )
-        return Transcript(segments, language, language_probability, decoding, tuple(warnings), spaced=spaced)
+        return transcript()
 
     def _search_beams(
         self, batch: _BatchInput, segments: list[list[dict]], config: InferenceConfig

@@ -12,13 +12,14 @@ from pathlib import Path
 import torch
 import transformers
 
-from asr import WhisperTranscriber
+from asr import Transcript, WhisperTranscriber
 from audio import decode, pyannote_sample_path, request_bytes
 from config import InferenceConfig, ModelSettings
-from diarization_utils import NO_DIARIZATION, Progress, attribute, diarize, load_pipeline
+from diarization_utils import NO_DIARIZATION, Progress, SpeakerSegment, attribute, diarize, load_pipeline
 from errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError, RequestError
 from formats import WRITERS
 from offline_bundle import BUNDLE_DIR
+from streaming import Emit, LiveTranscript
 
 transformers.logging.set_verbosity_error()  # generate()'s notices about options it sets itself
 transformers.logging.disable_progress_bar()
@@ -50,16 +51,18 @@ class EndpointHandler:
             for assisted in (False, "auto"):  # both decoding paths: their first use loads different kernels
                 self({"inputs": sample, "parameters": {"assisted": assisted}})
 
-    def __call__(self, data: dict, progress: Progress | None = None) -> dict:
+    def __call__(self, data: dict, progress: Progress | None = None, emit: Emit | None = None) -> dict:
         """``{"inputs": base64 text | bytes, "parameters": {...}}`` -> text, chunks and speaker turns.
 
-        ``progress(stage, completed, total)`` is called before decoding and as transcription and diarization
+        ``progress(stage, completed, total)`` is called before decoding and as diarization and transcription
         advance (every batch); an exception it raises stops the request there (e.g. when the client has gone).
+        With ``emit``, the transcript also goes out while it is decoded (``streaming.LiveTranscript``): the
+        diarization runs first, so each batch of windows is attributed to its final speakers at once.
         Every failure comes out as an ``EndpointError`` whose message stands alone (the Inference Endpoints
         toolkit answers ``{"error": str(exception)}``); nothing else escapes.
         """
         try:
-            return self._serve(data, progress)
+            return self._serve(data, progress, emit)
         except EndpointError:
             raise
         except torch.OutOfMemoryError:
@@ -67,7 +70,7 @@ class EndpointHandler:
         except Exception as error:
             raise InferenceError(f"processing the request failed ({type(error).__name__})") from error
 
-    def _serve(self, data: dict, progress: Progress | None) -> dict:
+    def _serve(self, data: dict, progress: Progress | None, emit: Emit | None) -> dict:
         """One request, from validation to the response; ``__call__`` turns its failures into project errors."""
         if not isinstance(data, dict) or "inputs" not in data:
             raise RequestError('the request must be an object with "inputs" (base64 audio) and optional "parameters"')
@@ -76,7 +79,7 @@ class EndpointHandler:
         checkpoint("decoding", 0, 1)
         data_bytes = request_bytes(data["inputs"], self.settings.max_request_bytes)
         audio = decode(data_bytes, self.settings.max_audio_duration_s, self.settings.decode_timeout_s)
-        transcript = self.transcriber.transcribe(audio.waveform, config, checkpoint)
+        self.transcriber.validate(config)
         diarization = (
             diarize(
                 self.diarization,
@@ -89,17 +92,38 @@ class EndpointHandler:
             if self.diarization is not None
             else NO_DIARIZATION
         )
+
+        def merge(transcript: Transcript) -> tuple[Transcript, int, list[str | None], list[SpeakerSegment]]:
+            """The transcript less its segments away from speech (with diarization) and their number, each word's
+            speaker, and the speaker turns."""
+            unspoken = 0
+            if self.diarization is not None:
+                transcript, unspoken = transcript.within_speech(diarization.turns)
+            separator = " " if transcript.spaced else ""
+            word_speakers, turns = attribute(
+                transcript.words, diarization.turns, audio.duration, diarization.overlaps, separator
+            )
+            return transcript, unspoken, word_speakers, turns
+
+        live = LiveTranscript(emit) if emit is not None else None
+
+        def decoded(partial: Transcript) -> None:
+            kept, _, word_speakers, turns = merge(partial)
+            live.update(kept.text, word_speakers, turns, final=False)
+
+        transcript = self.transcriber.transcribe(
+            audio.waveform, config, checkpoint, decoded if live is not None else None
+        )
         checkpoint("merge", 0, 1)
         warnings = list(transcript.warnings)
+        transcript, unspoken, word_speakers, speakers = merge(transcript)
+        if live is not None:
+            live.update(transcript.text, word_speakers, speakers, final=True)
         if self.diarization is not None:
-            transcript, unspoken = transcript.within_speech(diarization.turns)
             if unspoken:
                 warnings.append(f"{unspoken} transcribed segment(s) away from any detected speech were left out")
             found = len({turn.speaker for turn in diarization.turns})
             warnings += _speaker_count_warnings(config, found)
-        word_speakers, speakers = attribute(
-            transcript.words, diarization.turns, audio.duration, diarization.overlaps, " " if transcript.spaced else ""
-        )
         response = {
             "text": transcript.text,
             "chunks": [{"text": c.text, "timestamp": [c.start, c.end]} for c in transcript.chunks],

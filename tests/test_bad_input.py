@@ -129,9 +129,9 @@ def test_a_progress_hook_can_stop_a_request_between_stages(handler, clip_wav):
 
     def hook(stage: str, completed: int, total: int) -> None:
         stages.append(stage)
-        if stage == "segmentation":
+        if stage == "transcription":
             raise RequestCancelledError("the client disconnected")
 
     with pytest.raises(RequestCancelledError):
         handler({"inputs": clip_wav}, progress=hook)
-    assert stages[:2] == ["decoding", "transcription"] and stages[-1] == "segmentation"
+    assert stages[:2] == ["decoding", "segmentation"] and stages[-1] == "transcription"
