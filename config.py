@@ -243,3 +243,10 @@ class ServerSettings(BaseSettings):
 
     queue_length: int = Field(default=8, ge=0)
     """Requests allowed to wait for a worker; beyond that the server answers 503 with ``Retry-After``."""
+
+    jobs_dir: Path = Path.home() / ".local" / "share" / "speaker-transcripts" / "jobs"
+    """Folder of the jobs (``POST /jobs``): their state, audio until it has run, and results; kept across restarts."""
+
+    demo_job_min_duration_s: float = Field(default=180.0, ge=0)
+    """The demo page (``/ui``) sends recordings at least this long as jobs, with a progress bar; shorter ones as
+    one request."""
