@@ -54,6 +54,9 @@ logger = logging.getLogger("server")
 DEMO_PAGE = Path(__file__).resolve().parent / "demo.html"
 _RAW_AUDIO_TYPES = ("audio/", "video/", "application/octet-stream")
 _OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
+_OPENAI_LIST_FIELDS = ("known_speaker_names", "known_speaker_references")
+"""Form fields that may repeat (``known_speaker_names[]``, as OpenAI's SDK sends lists), passed on as lists."""
+_FORM_PART_BYTES = 4 * 1024 * 1024  # one form field: a known speaker reference's data URL (2 MiB of audio)
 _BODY_OVERHEAD_BYTES = 1024 * 1024  # JSON or multipart framing around the audio
 _DISCONNECT_POLL_S = 0.25
 
@@ -240,7 +243,7 @@ def create_app(
             raise InvalidParametersError("send the request as multipart/form-data with the audio as 'file'")
         body = await _read_body(request, body_limit)
         try:
-            form = await _replayed(request, body).form(max_files=1, max_fields=64)
+            form = await _replayed(request, body).form(max_files=1, max_fields=64, max_part_size=_FORM_PART_BYTES)
         except (HTTPException, MultiPartException) as error:
             raise RequestError(f"the multipart body could not be read ({getattr(error, 'detail', error)})") from None
         try:
@@ -316,13 +319,14 @@ async def _openai_request(form, task: str) -> tuple[bytes, str, dict, bool]:
         raise InvalidParametersError("file: the audio file is missing (multipart field 'file')")
     granularities = fields.pop("timestamp_granularities[]", []) + fields.pop("timestamp_granularities", [])
     fields.pop("model", None)  # the server transcribes with the model it loaded, whatever the name
+    lists = {name: fields.pop(f"{name}[]", []) + fields.pop(name, []) for name in _OPENAI_LIST_FIELDS}
     repeated = sorted(key for key, items in fields.items() if len(items) > 1)
     if repeated:
         raise InvalidParametersError(f"fields given more than once: {', '.join(repeated)}")
-    values = {key: items[0] for key, items in fields.items()}
-    files = sorted(key for key, value in values.items() if not isinstance(value, str))
+    files = sorted(key for key, items in {**fields, **lists}.items() if not all(isinstance(i, str) for i in items))
     if files:
         raise InvalidParametersError(f"only 'file' may be a file; got a file as {', '.join(files)}")
+    values = {key: items[0] for key, items in fields.items()} | {name: items for name, items in lists.items() if items}
     response_format = values.pop("response_format", "json")
     if response_format not in _OPENAI_FORMATS:
         raise InvalidParametersError(f"response_format: {response_format!r} is not one of {', '.join(_OPENAI_FORMATS)}")
