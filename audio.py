@@ -73,27 +73,27 @@ class Audio:
         return len(self.waveform) / SAMPLE_RATE
 
 
-def request_bytes(inputs: object, max_bytes: int) -> bytes:
+def request_bytes(inputs: object, max_bytes: int, field: str = "inputs") -> bytes:
     """The audio file bytes of a request's ``inputs``: raw bytes, or base64 text (a ``data:`` URI prefix is allowed).
 
-    A string is only ever read as base64, never as a path or URL.
+    A string is only ever read as base64, never as a path or URL. Error messages name ``field``.
     """
     if isinstance(inputs, (bytes, bytearray, memoryview)):
         data = bytes(inputs)
     elif isinstance(inputs, str):
         if len(inputs) > max_bytes * 4 // 3 + 4:
-            raise AudioTooLongError(f"inputs: the request is larger than the {max_bytes}-byte limit")
+            raise AudioTooLongError(f"{field}: the request is larger than the {max_bytes}-byte limit")
         text = _DATA_URI.sub("", inputs.strip(), count=1)
         try:
             data = base64.b64decode("".join(text.split()), validate=True)
         except (binascii.Error, ValueError) as error:
-            raise InvalidAudioError(f"inputs: not valid base64 ({error})") from None
+            raise InvalidAudioError(f"{field}: not valid base64 ({error})") from None
     else:
-        raise InvalidAudioError(f"inputs: expected base64 text or bytes, got {type(inputs).__name__}")
+        raise InvalidAudioError(f"{field}: expected base64 text or bytes, got {type(inputs).__name__}")
     if not data:
-        raise AudioTooShortError("inputs: the audio is empty")
+        raise AudioTooShortError(f"{field}: the audio is empty")
     if len(data) > max_bytes:
-        raise AudioTooLongError(f"inputs: {len(data)} bytes is larger than the {max_bytes}-byte limit")
+        raise AudioTooLongError(f"{field}: {len(data)} bytes is larger than the {max_bytes}-byte limit")
     return data
 
 
@@ -121,56 +121,56 @@ def _referencing_kind(data: bytes) -> str | None:
     return "text" if text and all(c.isprintable() or c.isspace() for c in text) else None
 
 
-def _refuse(kind: str) -> InvalidAudioError:
+def _refuse(kind: str, field: str) -> InvalidAudioError:
     accepted = ", ".join(dict.fromkeys(ACCEPTED_FORMATS.values()))
-    return InvalidAudioError(f"inputs: {kind} is not an accepted audio file; send one of: {accepted}")
+    return InvalidAudioError(f"{field}: {kind} is not an accepted audio file; send one of: {accepted}")
 
 
-def _open(data: bytes) -> av.container.InputContainer:
+def _open(data: bytes, field: str) -> av.container.InputContainer:
     """Open ``data`` as one of the ``ACCEPTED_FORMATS``, read from memory only: text that could point FFmpeg
     elsewhere is refused first, then FFmpeg may only pick an accepted demuxer and may open no protocol."""
     kind = _referencing_kind(data)
     if kind is not None:
-        raise _refuse(kind)
+        raise _refuse(kind, field)
     options = {"format_whitelist": ",".join(ACCEPTED_FORMATS), "protocol_whitelist": _NO_PROTOCOL}
     try:
         return av.open(io.BytesIO(data), mode="r", options=options)
     except av.ArgumentError:  # FFmpeg's answer to a demuxer that is not on the allow-list
-        raise _refuse("binary data in another format") from None
+        raise _refuse("binary data in another format", field) from None
 
 
-def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None) -> Audio:
+def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None, field: str = "inputs") -> Audio:
     """Decode a file in one of the ``ACCEPTED_FORMATS``, downmix to mono and resample to 16 kHz.
 
     The duration and time limits are enforced while decoding, so a small file that expands to hours, or one that
-    is slow to decode, is refused early.
+    is slow to decode, is refused early. Error messages name ``field``.
     """
     max_samples = int(max_duration_s * SAMPLE_RATE)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pieces: list[np.ndarray] = []
     total = 0
     try:
-        with _open(data) as container:
+        with _open(data, field) as container:
             if not container.streams.audio:
-                raise InvalidAudioError("inputs: the file has no audio stream")
+                raise InvalidAudioError(f"{field}: the file has no audio stream")
             stream = container.streams.audio[0]
             source_rate, source_channels = stream.codec_context.sample_rate, stream.codec_context.channels
             for frame in _resampled(container, stream):
                 samples = frame.to_ndarray().reshape(-1)
                 total += len(samples)
                 if total > max_samples:
-                    raise AudioTooLongError(f"inputs: the audio is longer than the {max_duration_s:g} s limit")
+                    raise AudioTooLongError(f"{field}: the audio is longer than the {max_duration_s:g} s limit")
                 if deadline is not None and time.monotonic() > deadline:
-                    raise AudioTooLongError(f"inputs: decoding took longer than the {timeout_s:g} s limit")
+                    raise AudioTooLongError(f"{field}: decoding took longer than the {timeout_s:g} s limit")
                 pieces.append(samples)
     except av.FFmpegError as error:
-        raise InvalidAudioError(f"inputs: not a readable audio file ({error.strerror or error})") from None
+        raise InvalidAudioError(f"{field}: not a readable audio file ({error.strerror or error})") from None
     waveform = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
     if len(waveform) < MIN_DURATION_S * SAMPLE_RATE:
         raise AudioTooShortError(
-            f"inputs: the audio lasts {len(waveform) / SAMPLE_RATE:.3f} s, less than the {MIN_DURATION_S} s minimum"
+            f"{field}: the audio lasts {len(waveform) / SAMPLE_RATE:.3f} s, less than the {MIN_DURATION_S} s minimum"
         )
     if not np.isfinite(waveform).all():
-        raise InvalidAudioError("inputs: the audio contains non-finite samples (NaN or infinity)")
+        raise InvalidAudioError(f"{field}: the audio contains non-finite samples (NaN or infinity)")
     waveform = waveform - waveform.mean(dtype=np.float64)  # a DC offset carries no speech and skews energies
     return Audio(waveform.astype(np.float32, copy=False), int(source_rate or 0), int(source_channels or 0))
