@@ -2,13 +2,18 @@
 
     python bench/speculative.py                  # the pyannote sample and bench/corpus/*.wav
     python bench/speculative.py FILE...
+    ASR_MODEL=.bundle/whisper-base python bench/speculative.py FILE...   # base and its draft
+    ASR_MODEL=.bundle/whisper-base python bench/speculative.py --draft-layers 0 5 FILE...
 
-Every window (cut as the endpoint cuts them) goes through ``generate`` plain and assisted, both at batch 1,
-one after the other; decoder time = ``generate`` time minus the encoder's. Per file it prints the tokens,
-both decoder times, their ratio, the acceptance rate and whether the tokens are identical; then where the
-assisted time goes (draft steps, Whisper's verification passes, the rest of the loop) and, for reference,
-whole-file transcription with the endpoint's batched default (8 windows at a time, no assistant) against
-assisted (one window at a time).
+The models are the endpoint's (``ASR_MODEL``, ``ASSISTANT_MODEL``: unset, the draft beside the ASR model).
+``--draft-layers`` keeps only those decoder layers of the assistant (the distil-whisper recipe starts its
+2-layer decoder from the teacher's first and last layers; here untrained). Every window (cut as the endpoint
+cuts them) goes through ``generate`` plain and assisted, both at batch 1, one after the other; decoder time =
+``generate`` time minus the encoder's. A multilingual model decodes each file in the language it detects on
+the file, as the endpoint does. Per file it prints the tokens, both decoder times, their ratio, the acceptance
+rate and whether the tokens are identical; then where the assisted time goes (draft steps, Whisper's
+verification passes, the rest of the loop) and, unless ``--windows-only``, whole-file transcription with the
+endpoint's batched default (8 windows at a time, no assistant) against assisted (one window at a time).
 """
 
 from __future__ import annotations
@@ -68,7 +73,12 @@ class Timers:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path)
-    files = parser.parse_args().files or [pyannote_sample_path(), *sorted(CORPUS.glob("*.wav"))]
+    parser.add_argument("--draft-layers", type=int, nargs="+", help="the assistant's decoder layers to keep")
+    parser.add_argument("--draft-int8", action="store_true", help="every linear layer of the draft in int8")
+    parser.add_argument("--rounds", type=int, default=1, help="decode each window this many times; keep the fastest")
+    parser.add_argument("--windows-only", action="store_true", help="skip the whole-file transcriptions")
+    args = parser.parse_args()
+    files = args.files or [pyannote_sample_path(), *sorted(CORPUS.glob("*.wav"))]
 
     import handler  # noqa: F401  (quiet transformers, as the endpoint runs it)
     from asr import WhisperTranscriber, split_windows
@@ -80,19 +90,34 @@ def main() -> None:
         settings.asr_model, settings.assistant_model, settings.torch_device, settings.torch_dtype, settings.token
     )
     model, config = transcriber.model, InferenceConfig()
+    layers = transcriber.assistant.model.decoder.layers
+    if args.draft_layers:
+        transcriber.assistant.model.decoder.layers = torch.nn.ModuleList(layers[i] for i in args.draft_layers)
+        model.set_assistant(transcriber.assistant)
+    if args.draft_int8:
+        qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+        torch.ao.quantization.quantize_dynamic(model.draft, {torch.nn.Linear: qconfig}, inplace=True)
     timers = Timers(model)
     print(
-        f"ASR {settings.asr_model}, assistant {settings.assistant_model}, {settings.torch_device}, "
-        f"{torch.get_num_threads()} threads"
+        f"ASR {settings.asr_model}, assistant {settings.assistant_model} (decoder layers "
+        f"{args.draft_layers or list(range(len(layers)))} of {len(layers)}"
+        f"{', all linear layers int8' if args.draft_int8 else ''}), {settings.torch_device}, "
+        f"{torch.get_num_threads()} threads, fastest of {args.rounds} round(s) per window"
     )
 
     @torch.inference_mode()
-    def generate(window, assisted: bool) -> tuple[list[int], float, decoding.DraftCounts]:
+    def options_for(windows) -> tuple[dict, str]:
+        """``generate``'s options for a file's windows, and its language (detected on them, as the endpoint does)."""
+        options, language, _ = transcriber._generation_options(config, windows)
+        return options, language
+
+    @torch.inference_mode()
+    def generate(window, options: dict, assisted: bool) -> tuple[list[int], float, decoding.DraftCounts]:
         inputs = transcriber.processor.feature_extractor(
             window.samples, sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=True
         )
         features = inputs.input_features.to(transcriber.device, transcriber.dtype)
-        options, _ = transcriber._generation_options(config, features)
+        options = dict(options)
         if assisted:
             options["assistant_model"] = transcriber.assistant
         counts = model.count_drafts()
@@ -103,8 +128,12 @@ def main() -> None:
         tokens = [t for segment in output["segments"][0] for t in segment["tokens"].tolist()]
         return tokens, decoder, counts
 
-    generate(split_windows(decode(pyannote_sample_path().read_bytes(), 60).waveform[: 5 * SAMPLE_RATE], 30)[0], True)
-    header = f"{'file':<14} {'win':>3} {'tokens':>6} {'plain s':>8} {'assisted s':>10} {'ratio':>6} {'accept':>7} same"
+    warm_up = split_windows(decode(pyannote_sample_path().read_bytes(), 60).waveform[: 5 * SAMPLE_RATE], 30)
+    generate(warm_up[0], options_for(warm_up)[0], True)
+    header = (
+        f"{'file':<14} {'lang':>4} {'win':>3} {'tokens':>6} {'plain s':>8} {'assisted s':>10} {'ratio':>6} "
+        f"{'accept':>7} same"
+    )
     print(header)
     totals = defaultdict(float)
     profile: dict[str, float] = defaultdict(float)
@@ -112,14 +141,19 @@ def main() -> None:
     all_same = True
     for path in files:
         windows = split_windows(decode(path.read_bytes(), 7200).waveform, config.chunk_length_s)
+        options, language = options_for(windows)
         plain_s = assisted_s = 0.0
         tokens = drafted = accepted = 0
         same = True
         for window in windows:
-            plain_tokens, plain_decoder, _ = generate(window, assisted=False)
-            timers.reset()
-            assisted_tokens, assisted_decoder, counts = generate(window, assisted=True)
-            for name, seconds in timers.seconds.items():
+            plain_decoder = assisted_decoder = float("inf")
+            for _ in range(args.rounds):
+                plain_tokens, seconds, _ = generate(window, options, assisted=False)
+                plain_decoder = min(plain_decoder, seconds)
+                timers.reset()
+                assisted_tokens, seconds, counts = generate(window, options, assisted=True)
+                assisted_decoder = min(assisted_decoder, seconds)
+            for name, seconds in timers.seconds.items():  # the last round's
                 profile[name] += seconds
                 calls[name] += timers.calls[name]
             plain_s, assisted_s = plain_s + plain_decoder, assisted_s + assisted_decoder
@@ -135,11 +169,11 @@ def main() -> None:
         ):
             totals[key] += value
         print(
-            f"{path.stem[:14]:<14} {len(windows):>3} {tokens:>6} {plain_s:>8.2f} {assisted_s:>10.2f} "
+            f"{path.stem[:14]:<14} {language:>4} {len(windows):>3} {tokens:>6} {plain_s:>8.2f} {assisted_s:>10.2f} "
             f"{plain_s / assisted_s:>5.2f}x {accepted / max(drafted, 1):>7.1%} {'yes' if same else 'NO'}"
         )
     print(
-        f"{'all':<14} {'':>3} {int(totals['tokens']):>6} {totals['plain']:>8.2f} {totals['assisted']:>10.2f} "
+        f"{'all':<14} {'':>4} {'':>3} {int(totals['tokens']):>6} {totals['plain']:>8.2f} {totals['assisted']:>10.2f} "
         f"{totals['plain'] / totals['assisted']:>5.2f}x {totals['accepted'] / max(totals['drafted'], 1):>7.1%} "
         f"{'yes' if all_same else 'NO'}"
     )
@@ -155,6 +189,8 @@ def main() -> None:
     rest = assisted_total - sum(profile[name] for name in ("encoder", "draft steps", "whisper passes"))
     print(f"  {'rest of the loop':<16} {rest:7.2f} s  (logits processors, verification, cache bookkeeping)")
 
+    if args.windows_only:
+        return
     print("\nwhole files, transcribe() as the endpoint runs it (alignment and no-speech pass included):")
     for path in files:
         waveform = decode(path.read_bytes(), 7200).waveform

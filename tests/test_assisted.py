@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
+import numpy as np
 import pytest
 import torch
 from corpus import Conversation, build
@@ -14,7 +16,7 @@ from audio import SAMPLE_RATE, decode
 from config import InferenceConfig, ModelSettings
 from decoding import DraftDecoder
 from errors import InvalidParametersError, ModelLoadError
-from offline_bundle import BUNDLE_DIR, DRAFT_DIR_NAME, WHISPER_DIR_NAME
+from offline_bundle import BASE_DIR_NAME, BASE_DRAFT_DIR_NAME, BUNDLE_DIR, DRAFT_DIR_NAME, WHISPER_DIR_NAME
 
 CPU = torch.device("cpu")
 
@@ -62,6 +64,38 @@ def test_assisted_words_are_the_plain_ones(handler, sample_waveform, conversatio
         assert assisted.decoding.assisted_windows == assisted.decoding.windows
         assert assisted.decoding.accepted_tokens > 0.7 * assisted.decoding.drafted_tokens
         assert plain.decoding.drafted_tokens == 0
+
+
+@pytest.fixture(scope="module")
+def base() -> WhisperTranscriber:
+    """The bundle's multilingual Whisper base with its own draft, as ``ASR_MODEL=.bundle/whisper-base`` loads them."""
+    return WhisperTranscriber(
+        str(BUNDLE_DIR / BASE_DIR_NAME), str(BUNDLE_DIR / BASE_DRAFT_DIR_NAME), CPU, torch.float32
+    )
+
+
+def _spanish() -> np.ndarray:
+    text = "Buenas tardes. El tren a Sevilla sale a las cinco y llega antes de la cena."
+    wav = subprocess.run(["espeak-ng", "-v", "es", "-s", "140", "--stdout", text], capture_output=True, check=True)
+    return decode(wav.stdout, 60).waveform
+
+
+@pytest.mark.parametrize(
+    ("clip", "parameters"),
+    [("sample", {}), ("spanish", {}), ("spanish", {"task": "translate"})],
+)
+def test_base_assisted_words_are_the_plain_ones(base, sample_waveform, clip, parameters):
+    """Whisper base and its draft: the same words and times as plain greedy decoding, in English (the sample's
+    first 12 s), in Spanish (language detected) and translated from Spanish."""
+    waveform = sample_waveform[: 12 * SAMPLE_RATE] if clip == "sample" else _spanish()
+    plain = base.transcribe(waveform, InferenceConfig(assisted=False, **parameters))
+    assisted = base.transcribe(waveform, InferenceConfig(assisted=True, **parameters))
+    assert plain.language == assisted.language == ("en" if clip == "sample" else "es")
+    assert len(plain.words) > 10
+    assert assisted.words == plain.words
+    assert assisted.chunks == plain.chunks
+    assert assisted.decoding.assisted_windows == 1
+    assert assisted.decoding.accepted_tokens > 0.5 * assisted.decoding.drafted_tokens  # 69 % on the sample's 12 s
 
 
 def test_the_response_reports_the_assistant(sample_response):
