@@ -17,6 +17,7 @@ from pyannote.core import SlidingWindowFeature
 
 from audio import SAMPLE_RATE
 from errors import ModelLoadError
+from speaker_confidence import SpeakerEvidence, speaker_evidence
 
 Progress = Callable[[str, int, int], None]
 """Progress hook: ``(stage, completed, total)``, called as work is done."""
@@ -198,6 +199,8 @@ class Diarization:
     turns: list[Turn]
     overlaps: list[Overlap]
     speaker_embeddings: dict[str, np.ndarray] = field(default_factory=dict)
+    evidence: SpeakerEvidence | None = None
+    """What the windows of the pipeline say about who speaks when, to tell how sure each assignment is."""
 
 
 NO_DIARIZATION = Diarization([], [])
@@ -213,9 +216,13 @@ def diarize(
 ) -> Diarization:
     """Run ``pipeline`` on a 16 kHz mono waveform; ``progress(step, completed, total)`` follows its batches."""
 
+    artifacts: dict[str, object] = {}
+
     def hook(step: str, artifact: object, file: object = None, total: int | None = None, completed: int | None = None):
         if progress is not None and total:
             progress(step, min(completed or 0, total), total)
+        if artifact is not None and step in ("segmentation", "embeddings"):
+            artifacts[step] = artifact
 
     audio = {"waveform": torch.from_numpy(waveform)[None], "sample_rate": SAMPLE_RATE, "uri": "request"}
     output = pipeline(audio, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers, hook=hook)
@@ -232,8 +239,13 @@ def diarize(
         for region in full.get_overlap()
     ]
     centroids = getattr(output, "speaker_embeddings", None)  # rows in the order of ``full.labels()``
-    embeddings = {} if centroids is None else dict(zip(map(str, full.labels()), centroids, strict=True))
-    return Diarization(sorted(turns, key=lambda turn: (turn.start, turn.end)), overlaps, embeddings)
+    labels = [str(label) for label in full.labels()]
+    embeddings = {} if centroids is None else dict(zip(labels, centroids, strict=True))
+    evidence = None
+    if centroids is not None and len(artifacts) == 2:
+        duration = len(waveform) / SAMPLE_RATE
+        evidence = speaker_evidence(artifacts["segmentation"], artifacts["embeddings"], centroids, labels, duration)
+    return Diarization(sorted(turns, key=lambda turn: (turn.start, turn.end)), overlaps, embeddings, evidence)
 
 
 def _intervals(chunks: Sequence[Chunk], duration: float) -> list[tuple[float, float]]:

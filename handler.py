@@ -15,7 +15,7 @@ import transformers
 from asr import Transcript, WhisperTranscriber
 from audio import decode, pyannote_sample_path, request_bytes
 from config import InferenceConfig, ModelSettings
-from diarization_utils import NO_DIARIZATION, Progress, SpeakerSegment, attribute, diarize, load_pipeline
+from diarization_utils import NO_DIARIZATION, Diarization, Progress, SpeakerSegment, attribute, diarize, load_pipeline
 from errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError, RequestError
 from formats import WRITERS
 from offline_bundle import BUNDLE_DIR
@@ -128,7 +128,12 @@ class EndpointHandler:
             "text": transcript.text,
             "chunks": [{"text": c.text, "timestamp": [c.start, c.end]} for c in transcript.chunks],
             "speakers": [
-                {"speaker": s.speaker, "text": s.text, "timestamp": [round(s.start, 3), round(s.end, 3)]}
+                {
+                    "speaker": s.speaker,
+                    "text": s.text,
+                    "timestamp": [round(s.start, 3), round(s.end, 3)],
+                    "confidence": _confidence(diarization, s.speaker, s.start, s.end),
+                }
                 for s in speakers
             ],
             "overlaps": [
@@ -147,7 +152,13 @@ class EndpointHandler:
             },
         }
         words = [
-            {"word": w.text, "start": w.start, "end": w.end, "speaker": speaker}
+            {
+                "word": w.text,
+                "start": w.start,
+                "end": w.end,
+                "speaker": speaker,
+                "speaker_confidence": _confidence(diarization, speaker, w.start, w.end),
+            }
             for w, speaker in zip(transcript.words, word_speakers, strict=True)
         ]
         if config.response_format != "json":  # subtitle cues follow the words, asked for or not
@@ -168,6 +179,11 @@ class EndpointHandler:
                 progress(stage, completed, total)
 
         return checkpoint
+
+
+def _confidence(diarization: Diarization, speaker: str | None, start: float | None, end: float | None) -> float | None:
+    """How sure the assignment of ``speaker`` to [start, end] is, from 0 to 1 (``speaker_confidence``)."""
+    return None if diarization.evidence is None else diarization.evidence.confidence(speaker, start, end)
 
 
 def _speaker_count_warnings(config: InferenceConfig, found: int) -> list[str]:

@@ -41,7 +41,28 @@ def test_response_schema(sample_response):
         start, end = chunk["timestamp"]
         assert 0.0 <= start <= end <= 30.0
     for turn in sample_response["speakers"]:
-        assert set(turn) == {"speaker", "text", "timestamp"}
+        assert set(turn) == {"speaker", "text", "timestamp", "confidence"}
+        assert 0.0 <= turn["confidence"] <= 1.0
+    for word in sample_response["words"]:
+        assert set(word) == {"word", "start", "end", "speaker", "speaker_confidence"}
+
+
+def test_speaker_confidence_flags_the_words_at_speaker_changes(sample, sample_response):
+    """Words a person should check (confidence under 0.5) lie within a second of a speaker change of the
+    reference; most words, inside turns, are sure."""
+    rttm = sample.audio.with_suffix(".rttm").read_text().splitlines()
+    changes = [time for line in rttm for time in _turn_bounds(line)]
+    confidences = [word["speaker_confidence"] for word in sample_response["words"]]
+    assert sorted(confidences)[len(confidences) // 2] >= 0.9
+    unsure = [word for word in sample_response["words"] if word["speaker_confidence"] < 0.5]
+    assert unsure
+    for word in unsure:
+        assert min(abs(word["start"] - time) for time in changes) < 1.0, word
+
+
+def _turn_bounds(rttm_line: str) -> tuple[float, float]:
+    start, duration = map(float, rttm_line.split()[3:5])
+    return start, start + duration
 
 
 def test_overlapping_speech_is_reported(sample_response):
