@@ -34,7 +34,7 @@ import re
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -105,15 +105,17 @@ class Microphone:
 class Spec:
     """An English conversation to build: who, how long, how turns go, and the recording conditions.
 
-    ``sentences``: sentences per ordinary turn (min, max); ``overlap``: probability that a turn starts before the
-    previous one ends; ``backchannel``: probability of a back-channel after or over a turn; ``rare``: the last speaker
-    says one sentence only; ``monologue``: one turn of about a minute (``sentences.MONOLOGUES``).
+    ``sentences``: sentences per ordinary turn (min, max); ``long_turns``: probability of a turn of 3-6 sentences
+    instead; ``overlap``: probability that a turn starts before the previous one ends; ``backchannel``: probability of
+    a back-channel after or over a turn; ``rare``: the last speaker says one sentence only; ``monologue``: one turn of
+    about a minute (``sentences.MONOLOGUES``).
     """
 
     name: str
     speakers: int
     duration_s: float
-    sentences: tuple[int, int] = (1, 3)
+    sentences: tuple[int, int] = (1, 2)
+    long_turns: float = 0.08
     overlap: float = 0.12
     backchannel: float = 0.2
     noise: tuple[Noise, ...] = ()
@@ -168,22 +170,26 @@ class Utterance:
 
 SECOND = SAMPLE_RATE
 
+SHORT = {"sentences": (1, 1), "long_turns": 0.0}
+"""Short turns only: one sentence or a back-channel."""
+
 TUNE_SPECS = (
     Spec("tune-05min-meeting", 5, 300, monologue=True, rare=True, noise=(Noise("pink", 25),)),
-    Spec("tune-short-four-clean", 4, 35, (1, 1), overlap=0.2, backchannel=0.3),
-    Spec("tune-short-four-reverb", 4, 40, (1, 1), noise=(Noise("pink", 20),), microphone=Microphone(reverb_s=0.3)),
-    Spec("tune-two-clean", 2, 40),
-    Spec("tune-two-phone", 2, 45, noise=(Noise("brown", 20),), microphone=Microphone(telephone=True)),
-    Spec("tune-three-babble", 3, 45, noise=(Noise("babble", 15),)),
+    Spec("tune-short-four-clean", 4, 30, **SHORT, overlap=0.2, backchannel=0.3),
+    Spec("tune-short-four-reverb", 4, 35, **SHORT, noise=(Noise("pink", 20),), microphone=Microphone(reverb_s=0.3)),
+    Spec("tune-two-clean", 2, 35),
+    Spec("tune-two-phone", 2, 40, noise=(Noise("brown", 20),), microphone=Microphone(telephone=True)),
+    Spec("tune-three-babble", 3, 40, noise=(Noise("babble", 15),)),
     Spec("tune-three-overlap", 3, 40, overlap=0.4, backchannel=0.35),
-    Spec("tune-eight-room", 8, 50, (1, 2), microphone=Microphone(spread_db=8, reverb_s=0.4)),
-    Spec("tune-six-hum", 6, 45, noise=(Noise("hum", 20),)),
-    Spec("tune-five-cafe", 5, 45, noise=(Noise("babble", 12), Noise("pink", 30))),
+    Spec("tune-eight-room", 8, 50, (1, 2), long_turns=0.0, microphone=Microphone(spread_db=8, reverb_s=0.4)),
+    Spec("tune-six-hum", 6, 45, (1, 2), long_turns=0.0, noise=(Noise("hum", 20),)),
+    Spec("tune-five-cafe", 5, 40, (1, 2), noise=(Noise("babble", 12), Noise("pink", 30))),
     Spec("tune-four-quiet", 4, 30, (1, 2), microphone=Microphone(peak_db=-26, spread_db=6)),
     Spec("tune-two-lowsnr", 2, 30, noise=(Noise("pink", 8),)),
-    Spec("tune-three-long-turns", 3, 45, (3, 6), backchannel=0.4),
-    Spec("tune-seven-phone", 7, 45, (1, 2), microphone=Microphone(telephone=True, reverb_s=0.3)),
+    Spec("tune-three-long-turns", 3, 40, (3, 6), backchannel=0.4),
+    Spec("tune-seven-phone", 7, 40, (1, 2), long_turns=0.0, microphone=Microphone(telephone=True, reverb_s=0.3)),
 )
+"""The tuning set: 14 conversations, about 14 minutes."""
 
 TEST_SPECS = (
     Spec(
@@ -195,24 +201,33 @@ TEST_SPECS = (
         noise=(Noise("pink", 30),),
         microphone=Microphone(spread_db=5),
     ),
-    Spec("test-short-four-clean", 4, 35, (1, 1), overlap=0.2, backchannel=0.3),
-    Spec("test-short-four-babble", 4, 40, (1, 1), noise=(Noise("babble", 18),)),
-    Spec("test-short-four-phone", 4, 30, (1, 1), noise=(Noise("pink", 25),), microphone=Microphone(telephone=True)),
-    Spec("test-two-clean", 2, 45),
-    Spec("test-two-phone", 2, 60, noise=(Noise("pink", 20),), microphone=Microphone(telephone=True)),
+    Spec("test-short-four-clean", 4, 32, **SHORT, overlap=0.2, backchannel=0.3),
+    Spec("test-short-four-babble", 4, 36, **SHORT, noise=(Noise("babble", 18),)),
+    Spec("test-short-four-phone", 4, 30, **SHORT, noise=(Noise("pink", 25),), microphone=Microphone(telephone=True)),
+    Spec("test-two-clean", 2, 40, long_turns=0.0),
+    Spec("test-two-phone", 2, 50, noise=(Noise("pink", 20),), microphone=Microphone(telephone=True)),
     Spec("test-three-brown", 3, 45, noise=(Noise("brown", 15),)),
-    Spec("test-three-reverb", 3, 50, microphone=Microphone(reverb_s=0.5)),
-    Spec("test-five-babble", 5, 60, noise=(Noise("babble", 15),)),
-    Spec("test-eight-room", 8, 75, (1, 2), microphone=Microphone(spread_db=8, reverb_s=0.4)),
-    Spec("test-six-hum", 6, 60, noise=(Noise("hum", 25), Noise("pink", 30))),
-    Spec("test-two-monologue", 2, 80, monologue=True, backchannel=0.4),
-    Spec("test-four-quiet", 4, 45, (1, 2), microphone=Microphone(peak_db=-24, spread_db=6)),
-    Spec("test-three-overlap", 3, 45, overlap=0.4, backchannel=0.35),
-    Spec("test-seven-cafe", 7, 60, noise=(Noise("babble", 12),), microphone=Microphone(reverb_s=0.3)),
-    Spec("test-two-lowsnr", 2, 40, noise=(Noise("pink", 5),)),
-    Spec("test-three-long-turns", 3, 60, (3, 6), backchannel=0.4),
-    Spec("test-five-conference", 5, 50, noise=(Noise("hum", 30),), microphone=Microphone(telephone=True)),
+    Spec("test-three-reverb", 3, 45, microphone=Microphone(reverb_s=0.5)),
+    Spec("test-five-babble", 5, 50, (1, 2), noise=(Noise("babble", 15),)),
+    Spec("test-eight-room", 8, 65, (1, 2), long_turns=0.0, microphone=Microphone(spread_db=8, reverb_s=0.4)),
+    Spec("test-six-hum", 6, 50, (1, 2), long_turns=0.0, noise=(Noise("hum", 25), Noise("pink", 30))),
+    Spec("test-two-monologue", 2, 75, monologue=True, backchannel=0.4),
+    Spec("test-four-quiet", 4, 40, (1, 2), microphone=Microphone(peak_db=-24, spread_db=6)),
+    Spec("test-three-overlap", 3, 40, overlap=0.4, backchannel=0.35),
+    Spec(
+        "test-seven-cafe",
+        7,
+        50,
+        (1, 2),
+        long_turns=0.0,
+        noise=(Noise("babble", 12),),
+        microphone=Microphone(reverb_s=0.3),
+    ),
+    Spec("test-two-lowsnr", 2, 35, noise=(Noise("pink", 5),)),
+    Spec("test-three-long-turns", 3, 50, (3, 6), backchannel=0.4),
+    Spec("test-five-conference", 5, 45, (1, 2), noise=(Noise("hum", 30),), microphone=Microphone(telephone=True)),
 )
+"""The test set: 18 conversations, about 25 minutes, one of them 10 minutes long."""
 
 DIALOGUES = (
     Dialogue("es-beach", "es", 0, ("ef_dora", "em_alex", "em_santa")),
@@ -227,12 +242,12 @@ DIALOGUES = (
     Dialogue("pt-meeting", "pt", 1, ("pf_dora", "pm_alex"), microphone=Microphone(reverb_s=0.3)),
     Dialogue("hi-market", "hi", 0, ("hf_alpha", "hm_omega", "hf_beta")),
     Dialogue("hi-meeting", "hi", 1, ("hm_psi", "hf_beta", "hm_omega"), noise=(Noise("pink", 25),)),
-    Dialogue("zh-weekend", "zh", 0, ("zf_xiaobei", "zm_yunjian", "zf_xiaoni")),
+    Dialogue("zh-weekend", "zh", 0, ("zf_xiaobei", "zm_yunjian", "zf_xiaoni"), noise=(Noise("babble", 18),)),
     Dialogue("zh-shop", "zh", 1, ("zm_yunxi", "zf_xiaoxiao"), noise=(Noise("hum", 25),)),
     Dialogue("en-delivery", "en", 0, ("af_river", "bm_lewis", "af_kore")),
-    Dialogue("de-neighbours", "de", 0, ("ef_dora", "bm_george", "if_sara"), phonemes="de"),
-    Dialogue("de-station", "de", 1, ("bm_george", "ef_dora"), phonemes="de"),
-    Dialogue("pl-report", "pl", 0, ("bm_george", "ef_dora"), phonemes="pl"),
+    Dialogue("de-neighbours", "de", 0, ("if_sara", "pm_alex", "im_nicola"), phonemes="de"),
+    Dialogue("de-station", "de", 1, ("em_alex", "pf_dora"), phonemes="de"),
+    Dialogue("pl-report", "pl", 0, ("pm_alex", "if_sara"), phonemes="pl"),
 )
 
 
@@ -285,29 +300,28 @@ def choose_voices(pool: Sequence[str], count: int, rng: np.random.Generator) -> 
 
 
 def english_lines(spec: Spec, deck: Iterator[str], monologue: str, rng: np.random.Generator) -> Iterator[Line]:
-    """An endless conversation: talkative and quiet speakers, turns of ``spec.sentences`` sentences (now and then
-    longer ones), back-channels, overlaps; the rare speaker's one sentence near the middle; the monologue early on."""
+    """An endless conversation: every speaker but the rare one has a turn first, then talkative and quiet speakers
+    take turns of ``spec.sentences`` sentences (now and then longer ones), with back-channels and overlaps; the rare
+    speaker has no line here (``place`` adds it); the monologue comes early on."""
     talkers = spec.speakers - spec.rare
     weights = rng.dirichlet(np.full(talkers, 3.0))
-    expected_turns = spec.duration_s / 4.0
-    rare_at = int(rng.uniform(0.3, 0.7) * expected_turns) if spec.rare else -1
+    introductions = [int(s) for s in rng.permutation(talkers)]
     monologue_at = int(rng.integers(1, 4)) if spec.monologue else -1
     speaker = -1
     for index in itertools.count():
-        if index == rare_at:
-            yield Line(talkers, (next(deck),))
-            continue
         others = [s for s in range(talkers) if s != speaker]
-        speaker = int(rng.choice(others, p=weights[others] / weights[others].sum()))
+        speaker = (
+            introductions.pop() if introductions else int(rng.choice(others, p=weights[others] / weights[others].sum()))
+        )
         listeners = [s for s in range(talkers) if s != speaker]
         join = "overlap" if rng.random() < spec.overlap else "gap"
         backchannels = int(rng.random() < spec.backchannel)
         if index == monologue_at:
             sentences, backchannels = tuple(re.split(r"(?<=[.?!])\s+", monologue)), 3
-        elif rng.random() < spec.backchannel / 3:
+        elif rng.random() < spec.backchannel / 3 and index >= talkers:
             sentences = (str(rng.choice(BACKCHANNELS)),)
         else:
-            low, high = (4, 7) if rng.random() < 0.08 else spec.sentences
+            low, high = (3, 6) if rng.random() < spec.long_turns else spec.sentences
             sentences = tuple(itertools.islice(deck, int(rng.integers(low, high + 1))))
         yield Line(speaker, sentences, join)
         for _ in range(backchannels):
@@ -330,23 +344,29 @@ def pause(rng: np.random.Generator) -> int:
 
 
 def place(
-    lines: Iterator[Line],
+    lines: Iterable[Line],
     voices: Sequence[str],
     speeds: Sequence[float],
     rng: np.random.Generator,
     duration_s: float | None = None,
     phonemes: str | None = None,
+    interjection: tuple[float, Line] | None = None,
 ) -> list[Utterance]:
-    """Say each line and place it in time, until ``duration_s`` is reached (or the lines run out).
+    """Say each line and place it in time, until ``duration_s`` is reached (or the lines run out); no turn of the
+    second half ends more than 5 s after it.
 
     No speaker ever overlaps their own speech; a "during" line lands inside the last turn when it fits.
+    ``interjection``: a line said once, as the next turn after that many seconds.
     """
     placed: list[Utterance] = []
     last: Utterance | None = None  # the last turn not said over another
     cursor = SECOND // 2  # the end of all speech so far
-    for line in lines:
-        if duration_s is not None and cursor >= duration_s * SECOND:
+    pending = iter(lines)
+    while (line := next(pending, None)) is not None:
+        if duration_s is not None and cursor >= duration_s * SECOND and line.join != "during":
             break
+        if interjection is not None and cursor >= interjection[0] * SECOND and line.join != "during":
+            pending, line, interjection = itertools.chain([line], pending), interjection[1], None
         samples = say(line.sentences, voices[line.speaker], speeds[line.speaker], rng, phonemes)
         during = line.join == "during" and last is not None and len(last.samples) > len(samples) + 1.5 * SECOND
         if last is None:
@@ -357,9 +377,13 @@ def place(
             start = max(last.start + len(last.samples) // 2, cursor - int(rng.uniform(0.2, 1.0) * SECOND))
         else:
             start = cursor + pause(rng)
-        for other in placed:
-            if other.speaker == line.speaker and other.start < start + len(samples) and start < other.end:
-                start = other.end + pause(rng)
+        late = duration_s is not None and 2 * cursor > duration_s * SECOND
+        if late and not during and start + len(samples) > (duration_s + 5) * SECOND:
+            break  # a turn of the second half that would run well past the end
+        while clash := [
+            u for u in placed if u.speaker == line.speaker and u.start < start + len(samples) and start < u.end
+        ]:
+            start = max(u.end for u in clash) + pause(rng)
         utterance = Utterance(line.speaker, " ".join(line.sentences), start, samples)
         placed.append(utterance)
         cursor = max(cursor, utterance.end)
@@ -497,7 +521,8 @@ def build_english(set_name: str, folder: Path) -> Iterator[tuple[str, dict]]:
         speeds = [round(float(rng.uniform(0.85, 1.15)), 2) for _ in chosen]
         gains = [round(float(rng.uniform(-0.5, 0.5) * spec.microphone.spread_db), 1) for _ in chosen]
         lines = english_lines(spec, deck, next(monologues) if spec.monologue else "", rng)
-        utterances = place(lines, chosen, speeds, rng, spec.duration_s)
+        rare = (rng.uniform(0.3, 0.7) * spec.duration_s, Line(spec.speakers - 1, (next(deck),))) if spec.rare else None
+        utterances = place(lines, chosen, speeds, rng, spec.duration_s, interjection=rare)
         others = [v for v in pool if v not in chosen and all(frozenset((v, u)) not in NEAR_DUPLICATES for u in chosen)]
         waveform = record(utterances, gains, spec.noise, spec.microphone, others, sentences, rng)
         metadata = _metadata(set_name, spec.name, "en", speeds, gains, spec.noise, spec.microphone)

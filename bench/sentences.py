@@ -735,7 +735,7 @@ MULTILINGUAL = {
         (
             "A: Guten Morgen! Hast du gut geschlafen?",
             "B: Ja, danke. Und du?",
-            "A: Nicht so gut, die Nachbarn hatten eine Party.",
+            "A: Nicht so gut, die Nachbarn haben laut gefeiert.",
             "B: Oh nein, bis wann denn?",
             "A: Bis zwei Uhr nachts, die Musik war sehr laut.",
             "C: Hast du mit ihnen gesprochen?",
