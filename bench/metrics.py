@@ -1,7 +1,8 @@
 """Transcript scoring helpers: normalised word errors, speaker-attributed errors (cpWER), annotations for DER.
 
 English is normalised as Whisper's evaluations do; other languages are case-folded with punctuation and symbols
-removed, and those written without spaces (zh, ja...) are compared character by character (CER).
+removed, and those written without spaces (zh, ja...) are compared character by character (CER), Chinese in
+simplified characters (Whisper writes traditional ones as often).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+from opencc import OpenCC
 from pyannote.core import Annotation, Segment
 from rapidfuzz.distance import Levenshtein
 from scipy.optimize import linear_sum_assignment
@@ -17,6 +19,7 @@ from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
 # Whisper's English normaliser (numbers, contractions, punctuation, case); no British/American spelling map.
 _NORMALIZER = EnglishTextNormalizer({})
+_SIMPLIFIED = OpenCC("t2s")
 
 
 CHARACTER_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
@@ -28,7 +31,7 @@ def normalize(text: str, language: str = "en") -> list[str]:
     "715." are both ["715"]); other languages' case-folded words without punctuation, or their characters."""
     if language == "en":
         return _NORMALIZER(text).split()
-    folded = unicodedata.normalize("NFKC", text).casefold()
+    folded = unicodedata.normalize("NFKC", _SIMPLIFIED.convert(text) if language == "zh" else text).casefold()
     words = "".join(" " if unicodedata.category(c)[0] in "PSZ" else c for c in folded).split()
     return list("".join(words)) if language in CHARACTER_LANGUAGES else words
 
