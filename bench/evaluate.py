@@ -1,7 +1,15 @@
-"""Score the endpoint on recordings with reference transcripts: WER, cpWER and DER of the ``speakers`` turns.
+"""Score the endpoint on recordings with reference transcripts: WER, cpWER, DER and the number of speakers.
 
-python bench/evaluate.py                          # the pyannote sample
-python bench/evaluate.py --corpus bench/corpus    # and the synthesized conversations (bench/corpus.py)
+python bench/evaluate.py                                   # the pyannote sample
+python bench/evaluate.py --corpus bench/corpus             # and the synthesized conversations (bench/corpus.py)
+python bench/evaluate.py --set ami=../shared/data/ami-dev --set test=bench/kokoro/test --whisperx --each
+
+Each ``--set NAME=FOLDER`` is scored on its own (``*.stm`` beside ``*.wav``, or the JSON of bench/corpus.py and
+bench/conversations.py): pooled WER, cpWER (each reference speaker's words against one hypothesis speaker's, best
+mapping), the gap cpWER - WER (the attribution error alone), DER of the ``speakers`` turns against the reference
+turns (collar 0, overlap scored), and on how many recordings the number of speakers is right. ``--whisperx`` scores
+a WhisperX-style flow beside the endpoint in the same run (``bench/benchmark.py``: faster-whisper words on the same
+tiny.en weights, the same pyannote pipeline, each word to the speaker it overlaps most).
 """
 
 from __future__ import annotations
@@ -58,10 +66,12 @@ def read_corpus(folder: Path) -> list[Reference]:
 
 
 class Scorer:
-    """Per-recording and pooled WER, cpWER and DER (pooled = total errors over total words or speech time)."""
+    """Per-recording and pooled WER, cpWER, the gap between them, DER (pooled = total errors over total words or
+    speech time), and the recordings whose number of speakers is right."""
 
     def __init__(self) -> None:
         self.words = self.errors = self.cp_errors = 0
+        self.recordings = self.counted = 0
         self.der = DiarizationErrorRate(collar=0.0, skip_overlap=False)
 
     def add(self, reference: Reference, response: dict) -> dict[str, float]:
@@ -78,45 +88,95 @@ class Scorer:
             uem=Timeline([Segment(0.0, response["duration"])]),
         )
         self.words, self.errors, self.cp_errors = self.words + words, self.errors + errors, self.cp_errors + cp_errors
-        return {"wer": errors / max(1, words), "cpwer": cp_errors / max(1, words), "der": float(der)}
+        found = len({s["speaker"] for s in speakers if s["speaker"] is not None})
+        truth = len({turn[0] for turn in reference.turns})
+        self.recordings, self.counted = self.recordings + 1, self.counted + (found == truth)
+        wer, cpwer = errors / max(1, words), cp_errors / max(1, words)
+        return {"wer": wer, "cpwer": cpwer, "gap": cpwer - wer, "der": float(der), "speakers": (found, truth)}
 
     def pooled(self) -> dict[str, float]:
         words = max(1, self.words)
-        return {"wer": self.errors / words, "cpwer": self.cp_errors / words, "der": abs(self.der)}
+        wer, cpwer = self.errors / words, self.cp_errors / words
+        count = (self.counted, self.recordings)
+        return {"wer": wer, "cpwer": cpwer, "gap": cpwer - wer, "der": abs(self.der), "count right": count}
 
 
 def score(reference: Reference, response: dict) -> dict[str, float]:
     return Scorer().add(reference, response)
 
 
-def _line(name: str, scores: dict[str, float], extra: str = "") -> str:
-    return f"{name:14s} " + "  ".join(f"{k} {v:6.1%}" for k, v in scores.items()) + extra
+def _line(name: str, scores: dict, extra: str = "") -> str:
+    def value(v) -> str:
+        return f"{v[0]}/{v[1]}" if isinstance(v, tuple) else f"{v:6.1%}"
+
+    return f"{name:24s} " + "  ".join(f"{k} {value(v)}" for k, v in scores.items()) + extra
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parameters", default="{}", help="request parameters, as JSON")
     parser.add_argument("--corpus", type=Path, help="folder written by bench/corpus.py")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=FOLDER", help="a set scored on its own")
+    parser.add_argument("--whisperx", action="store_true", help="score the WhisperX-style flow beside the endpoint")
+    parser.add_argument("--each", action="store_true", help="a line per recording of each --set")
     args = parser.parse_args()
     from handler import EndpointHandler
 
     handler = EndpointHandler()
-    print(_line(*_run(handler, [pyannote_sample()], args.parameters)))
+    parameters = json.loads(args.parameters)
+    flows = {"endpoint": lambda data: handler({"inputs": data, "parameters": parameters})}
+    if args.whisperx:
+        flows["whisperx"] = _whisperx_response()
+    sets = [("sample", [pyannote_sample()], False)]
     if args.corpus:
-        print(_line(*_run(handler, read_corpus(args.corpus), args.parameters, each=True)))
+        sets.append(("corpus", read_corpus(args.corpus), True))
+    sets += [(name, read_folder(Path(folder)), args.each) for name, folder in (s.split("=", 1) for s in args.set)]
+    for name, references, each in sets:
+        for flow, run in flows.items():
+            print(_line(*_run(run, references, f"{name} {flow}", each)), flush=True)
 
 
-def _run(handler, references: list[Reference], parameters: str, each: bool = False) -> tuple[str, dict, str]:
+def read_folder(folder: Path) -> list[Reference]:
+    """Recordings with ``*.stm`` references, or the JSON of bench/corpus.py and bench/conversations.py."""
+    stms = sorted(folder.glob("*.stm"))
+    return [read_stm(stm.with_suffix(".wav"), stm) for stm in stms] if stms else read_corpus(folder)
+
+
+def _whisperx_response():
+    """The WhisperX-style flow of bench/benchmark.py, its words grouped into a response's speaker turns."""
+    from benchmark import whisperx_flow
+
+    from audio import SAMPLE_RATE, decode
+
+    run = whisperx_flow()
+
+    def respond(data: bytes) -> dict:
+        words = run(data)
+        speakers: list[dict] = []
+        for word in words:
+            if speakers and speakers[-1]["speaker"] == word["speaker"]:
+                speakers[-1]["text"] += word["word"]
+                speakers[-1]["timestamp"][1] = word["end"]
+            else:
+                speakers.append(
+                    {"speaker": word["speaker"], "text": word["word"], "timestamp": [word["start"], word["end"]]}
+                )
+        duration = len(decode(data, 7200.0).waveform) / SAMPLE_RATE
+        return {"text": "".join(word["word"] for word in words), "speakers": speakers, "duration": duration}
+
+    return respond
+
+
+def _run(run, references: list[Reference], name: str, each: bool = False) -> tuple[str, dict, str]:
     scorer, audio_s, wall_s = Scorer(), 0.0, 0.0
     for reference in references:
         started = time.perf_counter()
-        response = handler({"inputs": reference.audio.read_bytes(), "parameters": json.loads(parameters)})
+        response = run(reference.audio.read_bytes())
         elapsed = time.perf_counter() - started
         scores = scorer.add(reference, response)
         audio_s, wall_s = audio_s + response["duration"], wall_s + elapsed
         if each:
-            print(_line(reference.name, scores, f"  {response['duration']:5.0f} s audio  wall {elapsed:5.1f} s"))
-    name = references[0].name if len(references) == 1 else "pooled"
+            print(_line(f"  {reference.name}", scores, f"  {response['duration']:5.0f} s audio  wall {elapsed:5.1f} s"))
     return name, scorer.pooled(), f"  {audio_s:5.0f} s audio  wall {wall_s:5.1f} s  RTF {wall_s / audio_s:.2f}"
 
 
