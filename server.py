@@ -4,7 +4,11 @@
 
 - ``POST /`` and ``/predict``: JSON ``{"inputs": base64, "parameters": {...}}``, or raw audio bytes (``audio/*``,
   ``application/octet-stream``) with the parameters in the query string;
-- ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations``: OpenAI's multipart API;
+- ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations``: OpenAI's multipart API, with ``stream=true``
+  answered as OpenAI's Server-Sent Events while the windows are decoded (``streaming``);
+- ``POST /jobs`` (the bodies of ``POST /``), ``GET /jobs``, ``GET /jobs/{id}``, ``GET /jobs/{id}/result``,
+  ``POST /jobs/{id}/cancel``, ``DELETE /jobs/{id}``: long recordings in the background, kept on disk (``jobs``);
+- ``POST /convert/{format}``: a transcript (a response, e.g. with speakers renamed) as SRT, WebVTT, RTTM or text;
 - ``GET /health`` (and ``GET /``): 503 until the models are loaded, then 200;
 - ``GET /ui``: a page to upload or record audio and see who said what.
 
@@ -21,22 +25,29 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-from config import ModelSettings, ServerSettings
+from audio import request_bytes
+from config import InferenceConfig, ModelSettings, ServerSettings
 from errors import (
     AudioTooLongError,
     EndpointError,
@@ -46,14 +57,17 @@ from errors import (
     RequestError,
     ServiceUnavailableError,
 )
-from formats import write_srt, write_vtt
+from formats import WRITERS, write_srt, write_vtt
 from handler import EndpointHandler
+from jobs import JobStore
+from streaming import StreamEvent, TextDelta, TurnUpdate
 
 logger = logging.getLogger("server")
 
 DEMO_PAGE = Path(__file__).resolve().parent / "demo.html"
 _RAW_AUDIO_TYPES = ("audio/", "video/", "application/octet-stream")
 _OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
+_STREAMED_FORMATS = ("json", "text", "diarized_json")  # OpenAI streams these; segments with diarized_json
 _OPENAI_LIST_FIELDS = ("known_speaker_names", "known_speaker_references")
 """Form fields that may repeat (``known_speaker_names[]``, as OpenAI's SDK sends lists), passed on as lists."""
 _FORM_PART_BYTES = 4 * 1024 * 1024  # one form field: a known speaker reference's data URL (2 MiB of audio)
@@ -161,12 +175,9 @@ def _endpoint_route(
             response = await route(request)
         except Exception as error:
             status, message, error_id, headers = _failure(error)
-            if openai_errors:
-                kind = "invalid_request_error" if status < 500 else "server_error"
-                detail = {"message": message, "type": kind, "param": None, "code": status}
-                body: dict = {"error": detail if error_id is None else {**detail, "id": error_id}}
-            else:
-                body = {"error": message, "error_type": type(error).__name__}
+            body = _openai_error(status, message, error_id) if openai_errors else {"error": message}
+            if not openai_errors:
+                body["error_type"] = type(error).__name__
                 if error_id is not None:
                     body["error_id"] = error_id
             response = JSONResponse(body, status_code=status, headers=headers)
@@ -175,6 +186,13 @@ def _endpoint_route(
         return response
 
     return wrapped
+
+
+def _openai_error(status: int, message: str, error_id: str | None) -> dict:
+    """An error body as OpenAI's API writes it (``error_id`` for server errors)."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    detail = {"message": message, "type": kind, "param": None, "code": status}
+    return {"error": detail if error_id is None else {**detail, "id": error_id}}
 
 
 def create_app(
@@ -188,6 +206,11 @@ def create_app(
     slot = HandlerSlot(lambda: handler or EndpointHandler(settings=model_settings))
     queue = WorkQueue(server_settings.workers, server_settings.queue_length)
     body_limit = model_settings.max_request_bytes * 4 // 3 + _BODY_OVERHEAD_BYTES
+    store = JobStore(server_settings.jobs_dir)
+    demo_page_html = DEMO_PAGE.read_text().replace(
+        "{{DEMO_JOB_MIN_DURATION_S}}", f"{server_settings.demo_job_min_duration_s:g}"
+    )
+    background: list[TaskGroup] = []  # the app's task group, from start-up to shutdown
 
     async def run(request: Request, data: dict) -> dict:
         """Run the handler in the work queue; stop it at its next checkpoint if the client disconnects."""
@@ -222,7 +245,39 @@ def create_app(
         status = "failed" if slot.failure else "loading"
         return JSONResponse({"status": status}, status_code=503, headers={"Retry-After": "5"})
 
-    async def predict(request: Request) -> Response:
+    async def stream(data: dict, segments: bool) -> Response:
+        """Run the handler in the background and answer its events as they come (OpenAI's transcription stream,
+        speaker turns as ``transcript.text.segment`` when ``segments``). The answer starts once the audio is decoded,
+        so that a bad file or parameter still gets its status; a client that goes away stops the work."""
+        endpoint = slot.get()
+        send, receive = anyio.create_memory_object_stream[_Streamed](math.inf)
+        stopped = threading.Event()
+
+        def report(item: _Streamed) -> None:
+            if stopped.is_set():
+                raise RequestCancelledError("the client disconnected")
+            anyio.from_thread.run_sync(send.send_nowait, item)
+
+        def call() -> dict:
+            return endpoint(data, progress=lambda *stage: report(_Stage(*stage)), emit=report)
+
+        async def work() -> None:
+            with send:
+                try:
+                    send.send_nowait(await queue.run(call))
+                except Exception as error:
+                    send.send_nowait(error)
+
+        background[0].start_soon(work)
+        first = await receive.receive()
+        while isinstance(first, _Stage) and first.stage == "decoding":
+            first = await receive.receive()
+        if isinstance(first, Exception):
+            raise first
+        return StreamingResponse(_sse(first, receive, stopped, segments), media_type="text/event-stream")
+
+    async def request_data(request: Request) -> dict:
+        """``{"inputs", "parameters"}`` from a body of ``POST /``: JSON, or the audio with the query's parameters."""
         media_type = _media_type(request)
         body = await _read_body(request, body_limit)
         if media_type == "application/json":
@@ -236,7 +291,45 @@ def create_app(
             )
         if "parameters" not in data and request.query_params:
             data["parameters"] = dict(request.query_params)
-        return JSONResponse(await run(request, data))
+        return data
+
+    async def predict(request: Request) -> Response:
+        return JSONResponse(await run(request, await request_data(request)))
+
+    async def submit_job(request: Request) -> Response:
+        data = await request_data(request)
+        parameters = data.get("parameters") or {}
+        InferenceConfig.from_parameters(parameters)
+        job = store.submit(request_bytes(data["inputs"], model_settings.max_request_bytes), parameters)
+        return JSONResponse(asdict(job), status_code=202, headers={"Location": f"/jobs/{job.id}"})
+
+    async def list_jobs(request: Request) -> Response:
+        return JSONResponse({"jobs": [asdict(job) for job in store.all()]})
+
+    async def job_state(request: Request) -> Response:
+        return JSONResponse(asdict(store.get(request.path_params["job_id"])))
+
+    async def job_result(request: Request) -> Response:
+        return JSONResponse(store.result(request.path_params["job_id"]))
+
+    async def cancel_job(request: Request) -> Response:
+        return JSONResponse(asdict(store.cancel(request.path_params["job_id"])))
+
+    async def delete_job(request: Request) -> Response:
+        store.delete(request.path_params["job_id"])
+        return Response(status_code=204)
+
+    async def convert(request: Request) -> Response:
+        name = request.path_params["format"]
+        if name not in WRITERS:
+            raise InvalidParametersError(f"format: {name!r} is not one of {', '.join(WRITERS)}")
+        try:
+            transcript = ConvertibleTranscript.model_validate_json(await _read_body(request, body_limit))
+        except ValidationError as error:
+            raise InvalidParametersError(f"the transcript is not one this server wrote: {_problems(error)}") from None
+        text = WRITERS[name](transcript.model_dump(), "audio")
+        disposition = {"Content-Disposition": f'attachment; filename="transcript.{name}"'}
+        return PlainTextResponse(text, media_type=_MEDIA_TYPES.get(name, "text/plain"), headers=disposition)
 
     async def openai(request: Request, task: str) -> Response:
         if _media_type(request) != "multipart/form-data":
@@ -247,11 +340,14 @@ def create_app(
         except (HTTPException, MultiPartException) as error:
             raise RequestError(f"the multipart body could not be read ({getattr(error, 'detail', error)})") from None
         try:
-            audio, response_format, parameters, word_granularity = await _openai_request(form, task)
+            asked = await _openai_request(form, task)
         finally:
             await form.close()
-        response = await run(request, {"inputs": audio, "parameters": parameters})
-        return _openai_response(response, response_format, task, word_granularity)
+        data = {"inputs": asked.audio, "parameters": asked.parameters}
+        if asked.stream:
+            return await stream(data, segments=asked.response_format == "diarized_json")
+        response = await run(request, data)
+        return _openai_response(response, asked.response_format, task, asked.word_granularity)
 
     async def transcriptions(request: Request) -> Response:
         return await openai(request, "transcribe")
@@ -260,12 +356,18 @@ def create_app(
         return await openai(request, "translate")
 
     async def demo_page(request: Request) -> Response:
-        return FileResponse(DEMO_PAGE, media_type="text/html")
+        return HTMLResponse(demo_page_html)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
         slot.start()
-        yield
+        async with anyio.create_task_group() as tasks:
+            background.append(tasks)
+            for _ in range(server_settings.workers):
+                tasks.start_soon(store.work, slot.get, queue.limiter)
+            yield
+            store.stop()
+            tasks.cancel_scope.cancel()
 
     def route(path: str, endpoint, methods: list[str], openai_errors: bool = False) -> Route:
         return Route(path, _endpoint_route(endpoint, openai_errors), methods=methods)
@@ -279,12 +381,102 @@ def create_app(
             route("/predict", predict, ["POST"]),
             route("/v1/audio/transcriptions", transcriptions, ["POST"], openai_errors=True),
             route("/v1/audio/translations", translations, ["POST"], openai_errors=True),
+            route("/jobs", submit_job, ["POST"]),
+            route("/jobs", list_jobs, ["GET"]),
+            route("/jobs/{job_id}", job_state, ["GET"]),
+            route("/jobs/{job_id}", delete_job, ["DELETE"]),
+            route("/jobs/{job_id}/result", job_result, ["GET"]),
+            route("/jobs/{job_id}/cancel", cancel_job, ["POST"]),
+            route("/convert/{format}", convert, ["POST"]),
         ],
         lifespan=lifespan,
     )
     app.state.handler_slot = slot
     app.state.work_queue = queue
+    app.state.job_store = store
     return app
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """A progress report of the handler: ``(stage, completed, total)``."""
+
+    stage: str
+    completed: int
+    total: int
+
+
+_Streamed = _Stage | StreamEvent | dict | Exception
+"""What a streamed request's handler call sends: progress, transcript events, then its response or its failure."""
+
+
+async def _sse(
+    first: _Streamed, rest: MemoryObjectReceiveStream[_Streamed], stopped: threading.Event, segments: bool
+) -> AsyncIterator[str]:
+    """The handler's stream as Server-Sent Events: OpenAI's ``transcript.text.delta``, ``transcript.text.segment``
+    (with ``segments``; a revision, an id sent before, has ``"revision": true``) and ``transcript.text.done``, or an
+    ``error`` event; progress as comment lines (``: transcription 2/5``), which clients skip."""
+    item = first
+    try:
+        while True:
+            if isinstance(item, Exception):
+                status, message, error_id, _ = _failure(item)
+                yield _event({"type": "error", **_openai_error(status, message, error_id)})
+                return
+            if isinstance(item, dict):
+                yield _event({"type": "transcript.text.done", "text": item["text"]})
+                return
+            if isinstance(item, _Stage):
+                yield f": {item.stage} {item.completed}/{item.total}\n\n"
+            elif isinstance(item, TextDelta):
+                yield _event({"type": "transcript.text.delta", "delta": item.text})
+            elif isinstance(item, TurnUpdate) and segments:
+                turn = item.turn
+                segment = {"id": f"seg_{item.index}", "start": turn.start, "end": turn.end, "text": turn.text}
+                revision = {"revision": True} if item.revision else {}
+                yield _event({"type": "transcript.text.segment", **segment, "speaker": turn.speaker, **revision})
+            item = await rest.receive()
+    finally:
+        stopped.set()
+        rest.close()
+
+
+def _problems(error: ValidationError) -> str:
+    """A validation error's problems, each with where it is (``speakers.0.timestamp: ...``)."""
+    return "; ".join(f"{'.'.join(str(part) for part in e['loc']) or 'body'}: {e['msg']}" for e in error.errors())
+
+
+def _event(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+_MEDIA_TYPES = {"json": "application/json", "vtt": "text/vtt", "srt": "application/x-subrip"}
+
+
+class _Turn(BaseModel):
+    speaker: str | None
+    text: str
+    timestamp: tuple[float, float]
+
+
+class _Word(BaseModel):
+    word: str
+    start: float
+    end: float
+    speaker: str | None
+
+
+class _Task(BaseModel):
+    task: Literal["transcribe", "translate"] = "transcribe"
+
+
+class ConvertibleTranscript(BaseModel):
+    """What the writers of ``formats`` read from a response: speaker turns, words if any, language and task."""
+
+    speakers: list[_Turn]
+    words: list[_Word] | None = None
+    language: str | None = None
+    parameters: _Task = _Task()
 
 
 def _json_object(body: bytes) -> dict:
@@ -311,8 +503,53 @@ def _replayed(request: Request, body: bytes) -> Request:
     return Request(request.scope, receive)
 
 
-async def _openai_request(form, task: str) -> tuple[bytes, str, dict, bool]:
-    """Audio, response format, handler parameters and whether words were asked for, from an OpenAI form."""
+@dataclass(frozen=True)
+class OpenAIRequest:
+    """An OpenAI transcription or translation form, read: the audio, the response format, the handler's
+    parameters, whether words were asked for and whether the answer is streamed."""
+
+    audio: bytes
+    response_format: str
+    parameters: dict
+    word_granularity: bool
+    stream: bool
+
+
+class ServerVad(BaseModel):
+    """OpenAI's ``server_vad`` chunking strategy, validated; windows are cut here as with ``"auto"``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["server_vad"]
+    prefix_padding_ms: int = Field(default=300, ge=0)
+    silence_duration_ms: int = Field(default=200, ge=0)
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+def _check_chunking_strategy(values: dict) -> None:
+    """Take ``chunking_strategy`` out of the form's ``values``: ``auto``, or a ``server_vad`` object given as JSON
+    or as ``chunking_strategy[field]`` fields (as OpenAI's SDK sends it). Either is accepted and changes nothing
+    here: long audio is always cut into windows of at most ``chunk_length_s`` at its quietest moments, and the
+    diarization's segmentation is the voice activity detection that leaves out text away from speech."""
+    prefix = "chunking_strategy"
+    given = {key: values.pop(key) for key in [key for key in values if key.split("[")[0] == prefix]}
+    if not given or given == {prefix: "auto"}:
+        return
+    try:
+        if prefix in given:
+            strategy = json.loads(given.pop(prefix))
+            if given or not isinstance(strategy, dict):
+                raise ValueError("expected 'auto' or one server_vad object")
+        else:
+            strategy = {key[len(prefix) + 1 : -1]: value for key, value in given.items()}
+        ServerVad.model_validate(strategy)
+    except (ValueError, ValidationError) as error:
+        problem = _problems(error) if isinstance(error, ValidationError) else str(error)
+        raise InvalidParametersError(f"chunking_strategy: 'auto' or a server_vad object ({problem})") from None
+
+
+async def _openai_request(form, task: str) -> OpenAIRequest:
+    """The request an OpenAI form makes."""
     fields = {key: form.getlist(key) for key in form}
     upload = fields.pop("file", [None])[0]
     if not isinstance(upload, UploadFile):
@@ -337,15 +574,19 @@ async def _openai_request(form, task: str) -> tuple[bytes, str, dict, bool]:
         raise InvalidParametersError(
             "timestamp_granularities[] needs response_format 'verbose_json' or 'diarized_json'"
         )
-    if values.pop("stream", "false").lower() not in ("false", "0"):
-        raise InvalidParametersError("stream: streaming is not supported by this server")
+    stream = values.pop("stream", "false").lower()
+    if stream not in ("true", "1", "false", "0"):
+        raise InvalidParametersError(f"stream: {stream!r} is not true or false")
+    if stream in ("true", "1") and response_format not in _STREAMED_FORMATS:
+        raise InvalidParametersError(f"stream: use response_format {' or '.join(_STREAMED_FORMATS)}")
+    _check_chunking_strategy(values)
     if task == "translate" and "language" in values:
         raise InvalidParametersError("language: translations always produce English; do not set a language")
     word_granularity = "word" in granularities
     if word_granularity or response_format in ("srt", "vtt"):
         values["return_timestamps"] = "word"
     parameters = {**values, "task": task}
-    return await upload.read(), response_format, parameters, word_granularity
+    return OpenAIRequest(await upload.read(), response_format, parameters, word_granularity, stream in ("true", "1"))
 
 
 def _openai_response(response: dict, response_format: str, task: str, words: bool) -> Response:

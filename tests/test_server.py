@@ -182,7 +182,10 @@ def test_openai_diarized_json_with_our_speaker_hints(client, clip_wav):
         ({"prompt": "Hello there. " * 100}, "prompt is 300 tokens long"),
         ({"response_format": "xml"}, "response_format"),
         ({"timestamp_granularities[]": "word"}, "verbose_json"),
-        ({"stream": "true"}, "streaming"),
+        ({"stream": "maybe"}, "stream: 'maybe' is not true or false"),
+        ({"stream": "true", "response_format": "srt"}, "stream: use response_format json or text or diarized_json"),
+        ({"chunking_strategy": "manual"}, "chunking_strategy: 'auto' or a server_vad object"),
+        ({"chunking_strategy[type]": "server_vad", "chunking_strategy[threshold]": "2"}, "threshold: Input should be"),
         ({"speakers": "2"}, "unknown parameter 'speakers'"),
     ],
 )
@@ -205,3 +208,64 @@ def test_openai_without_a_file(client):
     )
     assert response.status_code in (400, 422)
     assert "file" in json.dumps(response.json())
+
+
+def test_openai_stream_adds_up_to_the_plain_response(client, clip_wav):
+    """The official SDK parses the stream; windows of 5 s, one at a time: speaker turns go out before the last
+    window's text, and the deltas, the done event and the turns (revisions applied) are the plain response's."""
+    from openai import OpenAI
+
+    sdk = OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=client, max_retries=0)
+    options = {"chunk_length_s": 5, "batch_size": 1}
+    events = list(
+        sdk.audio.transcriptions.create(
+            model="whisper-1",
+            file=("clip.wav", clip_wav, "audio/wav"),
+            response_format="diarized_json",
+            stream=True,
+            chunking_strategy={"type": "server_vad", "silence_duration_ms": 500},
+            extra_body=options,
+        )
+    )
+    plain = transcribe(client, clip_wav, response_format="diarized_json", **options).json()
+    kinds = [event.type for event in events]
+    assert kinds[-1] == "transcript.text.done" and kinds.count("transcript.text.done") == 1
+    last_delta = max(i for i, kind in enumerate(kinds) if kind == "transcript.text.delta")
+    assert kinds.count("transcript.text.delta") >= 3
+    assert "transcript.text.segment" in kinds[:last_delta]
+    assert "".join(e.delta for e in events if e.type == "transcript.text.delta") == events[-1].text == plain["text"]
+    turns: dict[str, tuple] = {}
+    for event in events:
+        if event.type == "transcript.text.segment":
+            assert (event.id in turns) == bool(getattr(event, "revision", False))
+            turns[event.id] = (event.speaker, event.text, event.start, event.end)
+    expected = {s["id"]: (s["speaker"], s["text"], s["start"], s["end"]) for s in plain["segments"]}
+    assert turns == expected and len({speaker for speaker, *_ in turns.values()}) == 2
+
+
+def test_openai_stream_of_json_has_no_segments_and_a_bad_file_gets_its_status(client, clip_wav):
+    response = transcribe(client, clip_wav, stream="true", chunking_strategy="auto")
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    assert [event["type"] for event in events][-1] == "transcript.text.done"
+    assert {event["type"] for event in events} == {"transcript.text.delta", "transcript.text.done"}
+    assert re.search(r"^: transcription 1/1$", response.text, re.MULTILINE)  # progress as comments
+    refused = transcribe(client, b"RIFF not really a wave file", stream="true")
+    assert refused.status_code == 415 and "not an accepted audio file" in refused.json()["error"]["message"]
+
+
+def test_convert_writes_a_renamed_transcript_as_subtitles(client, sample_response):
+    names = {"SPEAKER_00": "Ann", "SPEAKER_01": "Bob"}
+    renamed = {
+        **sample_response,
+        "speakers": [{**turn, "speaker": names[turn["speaker"]]} for turn in sample_response["speakers"]],
+        "words": [{**word, "speaker": names[word["speaker"]]} for word in sample_response["words"]],
+    }
+    srt = client.post("/convert/srt", json=renamed)
+    assert srt.status_code == 200 and srt.headers["content-disposition"] == 'attachment; filename="transcript.srt"'
+    assert set(re.findall(r"^(\w+): ", srt.text, re.MULTILINE)) == {"Ann", "Bob"}
+    assert {"<v Ann>", "<v Bob>"} <= set(re.findall(r"<v \w+>", client.post("/convert/vtt", json=renamed).text))
+    bad = client.post("/convert/srt", json={"speakers": [{"speaker": "Ann", "text": "Hi.", "timestamp": [1.0]}]})
+    assert bad.status_code == 422 and "speakers.0.timestamp" in bad.json()["error"]
+    unknown = client.post("/convert/docx", json=renamed)
+    assert unknown.status_code == 422 and "format: 'docx' is not one of" in unknown.json()["error"]
