@@ -15,6 +15,7 @@ import pytest
 from conftest import ready
 from starlette.testclient import TestClient
 
+from config import ModelSettings
 from errors import ServiceUnavailableError
 from server import HandlerSlot, WorkQueue, create_app
 
@@ -269,3 +270,27 @@ def test_convert_writes_a_renamed_transcript_as_subtitles(client, sample_respons
     assert bad.status_code == 422 and "speakers.0.timestamp" in bad.json()["error"]
     unknown = client.post("/convert/docx", json=renamed)
     assert unknown.status_code == 422 and "format: 'docx' is not one of" in unknown.json()["error"]
+
+
+class FailingAfterDecoding:
+    """Decodes, then breaks in the models: the stream has started, so the failure is an error event."""
+
+    def __init__(self):
+        self.settings = ModelSettings()
+
+    def __call__(self, data, progress=None, emit=None):
+        progress("decoding", 0, 1)
+        progress("segmentation", 0, 1)
+        raise RuntimeError("broken")
+
+
+def test_a_failure_after_the_stream_started_is_an_error_event_the_sdk_raises(clip_wav):
+    from openai import APIError, OpenAI
+
+    with TestClient(create_app(handler=FailingAfterDecoding())) as client:
+        ready(client)
+        sdk = OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=client, max_retries=0)
+        stream = sdk.audio.transcriptions.create(model="whisper-1", file=("clip.wav", clip_wav), stream=True)
+        with pytest.raises(APIError, match="internal server error") as raised:
+            list(stream)
+        assert raised.value.body["type"] == "server_error" and len(raised.value.body["id"]) == 12
