@@ -17,6 +17,7 @@ from pyannote.core import SlidingWindowFeature
 
 from audio import SAMPLE_RATE
 from errors import ModelLoadError
+from speaker_clustering import SpeakerClustering
 from speaker_confidence import SpeakerEvidence, speaker_evidence
 
 Progress = Callable[[str, int, int], None]
@@ -37,6 +38,7 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
     """pyannote's speaker diarization for embeddings that come without a PLDA (e.g. CAM++).
 
     ``plda=None`` is allowed with any clustering but ``VBxClustering``, which needs a trained PLDA.
+    ``clustering``: one of pyannote's, or ``SpeakerClustering`` (``speaker_clustering``; the offline default's).
     With ``single_pass`` set (CAM++ only, see ``load_pipeline``), the embedding network runs once over the
     recording instead of once per window (``CAMPPlusEmbedding.embed_recording``).
     """
@@ -46,7 +48,12 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
     def __init__(self, *, plda=None, clustering: str = "AgglomerativeClustering", **kwargs):
         if plda is None and clustering == "VBxClustering":
             raise ValueError("VBxClustering needs a PLDA")
-        super().__init__(plda=NoPLDA() if plda is None else plda, clustering=clustering, **kwargs)
+        ours = clustering == SpeakerClustering.__name__
+        plda = NoPLDA() if plda is None else plda
+        super().__init__(plda=plda, clustering="AgglomerativeClustering" if ours else clustering, **kwargs)
+        if ours:
+            self.klustering = clustering
+            self.clustering = SpeakerClustering(metric=self.clustering.metric)
 
     @property
     def embedding_model(self) -> torch.nn.Module | None:

@@ -1,0 +1,162 @@
+"""Choose the speaker clustering by measurement: the number of speakers found and the DER of each candidate.
+
+    python bench/speaker_count.py ami=../shared/data/ami-dev tune=bench/kokoro/tune flite=bench/corpus \
+        sample sample:15 --grid
+
+Each ``NAME=FOLDER`` is a set of recordings with references (``*.stm`` beside ``*.wav``, or ``bench/corpus.py``
+JSON); ``sample`` is the pyannote sample, ``sample:15`` its first 15 s. The segmentation and the embeddings of each
+recording are computed once by the offline default's pipeline and kept in ``bench/results/clustering-cache``; every
+candidate clustering then runs on the same embeddings, so a grid takes seconds. Scores per set: recordings whose
+number of speakers is right, too low and too high, and the pooled DER of the pipeline's turns against the reference
+turns (collar 0, overlap scored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import pickle
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from evaluate import Reference, pyannote_sample, read_folder
+from kokoro import wav_bytes
+from metrics import annotation
+from pyannote.core import Segment, Timeline
+from pyannote.metrics.diarization import DiarizationErrorRate
+
+from audio import SAMPLE_RATE, decode
+from config import ModelSettings
+from diarization_utils import load_pipeline
+from speaker_clustering import SpeakerClustering
+
+CACHE = Path(__file__).resolve().parent / "results" / "clustering-cache"
+
+
+def read_set(spec: str) -> tuple[str, list[Reference]]:
+    """``sample``, ``sample:SECONDS`` (its beginning) or ``NAME=FOLDER``."""
+    if spec == "sample":
+        return "sample", [pyannote_sample()]
+    if spec.startswith("sample:"):
+        return spec, [_beginning(pyannote_sample(), float(spec.split(":")[1]))]
+    name, folder = spec.split("=", 1)
+    return name, read_folder(Path(folder))
+
+
+def _beginning(reference: Reference, seconds: float) -> Reference:
+    """The first ``seconds`` of a recording, with the reference turns that start in them (cut at the end)."""
+    waveform = decode(reference.audio.read_bytes(), 7200, 60).waveform[: int(seconds * SAMPLE_RATE)]
+    path = CACHE / f"{reference.name}-{seconds:g}s.wav"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(wav_bytes(waveform))
+    turns = [(who, start, min(end, seconds), text) for who, start, end, text in reference.turns if start < seconds]
+    return Reference(path.stem, path, turns)
+
+
+class CachedPipeline:
+    """The default pipeline with its segmentation and embeddings computed once per recording."""
+
+    def __init__(self) -> None:
+        settings = ModelSettings()
+        self.pipeline = load_pipeline(settings.diarization_model, settings.token, torch.device("cpu"))
+        config = yaml.safe_load(Path(settings.diarization_model, "config.yaml").read_text())
+        del config["pipeline"]["params"]["clustering"], config["params"]["clustering"]  # not what is cached
+        key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+        self.folder = CACHE / key
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._segmentations = self.pipeline.get_segmentations
+        self._embeddings = self.pipeline.get_embeddings
+        self.pipeline.get_segmentations = self._cached("segmentations", self._segmentations)
+        self.pipeline.get_embeddings = self._cached("embeddings", self._embeddings)
+
+    def _cached(self, what: str, compute: Callable) -> Callable:
+        def get(file, *args, **kwargs):
+            path = self.folder / f"{file['uri']}.{what}.pkl"
+            if path.exists():
+                return pickle.loads(path.read_bytes())
+            value = compute(file, *args, **kwargs)
+            path.write_bytes(pickle.dumps(value))
+            return value
+
+        return get
+
+    def __call__(self, uri: str, waveform: np.ndarray, clustering=None, **hints):
+        if clustering is not None:
+            self.pipeline.clustering = clustering
+        audio = {"waveform": torch.from_numpy(waveform)[None], "sample_rate": SAMPLE_RATE, "uri": uri}
+        return self.pipeline(audio, **hints).speaker_diarization
+
+
+@dataclass
+class SetScore:
+    right: int = 0
+    low: int = 0
+    high: int = 0
+    der: DiarizationErrorRate | None = None
+
+    def line(self) -> str:
+        return f"count right {self.right:2d} low {self.low:2d} high {self.high:2d}  DER {abs(self.der):6.1%}"
+
+
+def score(
+    pipeline: CachedPipeline, name: str, references: list[Reference], clustering, verbose: bool, oracle: bool
+) -> SetScore:
+    result = SetScore(der=DiarizationErrorRate(collar=0.0, skip_overlap=False))
+    for reference in references:
+        waveform = decode(reference.audio.read_bytes(), 7200, 60).waveform
+        truth = len({turn[0] for turn in reference.turns})
+        hints = {"num_speakers": truth} if oracle else {}
+        recording = hashlib.sha256(reference.audio.read_bytes()).hexdigest()[:8]  # a rebuilt corpus is new
+        output = pipeline(f"{name}-{reference.name}-{recording}", waveform, clustering, **hints)
+        found = len(output.labels())
+        der = result.der(
+            annotation((speaker, start, end) for speaker, start, end, _ in reference.turns),
+            output,
+            uem=Timeline([Segment(0.0, len(waveform) / SAMPLE_RATE)]),
+        )
+        result.right += found == truth
+        result.low += found < truth
+        result.high += found > truth
+        if verbose:
+            print(f"    {reference.name:24s} speakers {truth} found {found}  DER {der:6.1%}")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sets", nargs="+", metavar="NAME=FOLDER|sample")
+    parser.add_argument("--verbose", action="store_true", help="a line per recording")
+    parser.add_argument("--grid", action="store_true", help="every candidate, not only the default and the former")
+    parser.add_argument("--oracle", action="store_true", help="give each recording its true number of speakers")
+    args = parser.parse_args()
+    pipeline = CachedPipeline()
+    sets = [read_set(spec) for spec in args.sets]
+    for label, clustering in candidates(pipeline.pipeline.clustering, args.grid):
+        print(label)
+        for name, references in sets:
+            print(f"  {name:12s} {score(pipeline, name, references, clustering, args.verbose, args.oracle).line()}")
+
+
+def candidates(default, grid: bool):
+    """The offline default and, with ``grid``, the clusterings it was chosen from: pyannote's agglomerative
+    clustering as the bundle had it until 2026-12-06 (every small cluster merged: ``keep_distance`` 2) and small
+    clusters kept as voices of their own beyond other distances."""
+    yield "offline default (.bundle config.yaml)", default
+    for keep in (0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 2.0) if grid else ():
+        clustering = SpeakerClustering()
+        clustering.instantiate({"threshold": 0.6, "min_cluster_size": 12, "keep_distance": keep})
+        yield f"centroid linkage, threshold 0.6, min size 12, keep small clusters beyond {keep}", clustering
+
+
+if __name__ == "__main__":
+    main()

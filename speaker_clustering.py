@@ -1,0 +1,82 @@
+"""How many speakers, and which embedding is whose: clustering of the diarization's speaker embeddings."""
+
+from __future__ import annotations
+
+import numpy as np
+from pyannote.audio.pipelines.clustering import BaseClustering
+from pyannote.pipeline.parameter import Integer, Uniform
+from scipy.cluster.hierarchy import fcluster, linkage
+
+
+class SpeakerClustering(BaseClustering):
+    """pyannote's agglomerative clustering (centroid linkage of unit embeddings, stopped at ``threshold``) that
+    keeps a speaker who says little.
+
+    pyannote merges every cluster of fewer than ``min_cluster_size`` embeddings (at most a tenth of them) into the
+    nearest large one, so a voice heard for a few seconds in a meeting disappears into another speaker. Here a
+    small cluster joins the nearest larger one only if it sounds like it (cosine distance of the centroids at most
+    ``keep_distance``); otherwise it is a voice of its own. ``num_clusters``, ``min_clusters`` and ``max_clusters``
+    are hard constraints: the dendrogram is then cut where it gives that many clusters.
+    """
+
+    expects_num_clusters: bool = False
+
+    def __init__(self, metric: str = "cosine", constrained_assignment: bool = False):
+        super().__init__(metric=metric, constrained_assignment=constrained_assignment)
+        self.threshold = Uniform(0.0, 2.0)
+        self.min_cluster_size = Integer(1, 20)
+        self.keep_distance = Uniform(0.0, 2.0)
+
+    def cluster(
+        self,
+        embeddings: np.ndarray,
+        min_clusters: int | None = None,
+        max_clusters: int | None = None,
+        num_clusters: int | None = None,
+    ) -> np.ndarray:
+        count = len(embeddings)
+        if count == 1:
+            return np.zeros(1, dtype=int)
+        unit = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
+        dendrogram = linkage(unit, method="centroid", metric="euclidean")
+        smallest = min(self.min_cluster_size, max(1, round(0.1 * count)))  # as pyannote
+        clusters = fcluster(dendrogram, self.threshold, criterion="distance") - 1
+        clusters = _merge_small(unit, clusters, smallest, self.keep_distance)
+        found = clusters.max() + 1
+        wanted = (
+            num_clusters
+            or (min_clusters if min_clusters and found < min_clusters else None)
+            or (max_clusters if max_clusters and found > max_clusters else None)
+        )
+        if wanted is not None and found != wanted:
+            for size in range(wanted, count + 1):
+                clusters = _merge_small(unit, fcluster(dendrogram, size, criterion="maxclust") - 1, smallest)
+                if clusters.max() + 1 >= wanted:
+                    break
+        return clusters
+
+
+def _merge_small(unit: np.ndarray, clusters: np.ndarray, smallest: int, within: float = 2.0) -> np.ndarray:
+    """Clusters of fewer than ``smallest`` members, largest first, join the nearest cluster kept so far when its
+    centroid is within ``within`` (cosine distance; 2 always), else are kept. Labels renumbered from 0."""
+    clusters = clusters.copy()
+    labels, sizes = np.unique(clusters, return_counts=True)
+    order = np.argsort(-sizes, kind="stable")
+    kept = [label for label, size in zip(labels[order], sizes[order], strict=True) if size >= smallest]
+    if not kept:
+        return np.zeros_like(clusters)
+
+    def centroid(label: int) -> np.ndarray:
+        mean = unit[clusters == label].mean(axis=0)
+        return mean / np.linalg.norm(mean)
+
+    for label in labels[order]:
+        if label in kept:
+            continue
+        similarity = [float(centroid(other) @ centroid(label)) for other in kept]
+        nearest = int(np.argmax(similarity))
+        if 1.0 - similarity[nearest] <= within:
+            clusters[clusters == label] = kept[nearest]
+        else:
+            kept.append(label)
+    return np.unique(clusters, return_inverse=True)[1]
