@@ -3,14 +3,18 @@
 python -m cli transcribe                                  # the pyannote sample call, as JSON
 python -m cli transcribe call.mp3 meeting.wav --format srt --out subtitles/ --num-speakers 2
 python -m cli transcribe --endpoint URL --out out/ *.wav  # the same, on a deployed endpoint (resumable)
+python -m cli transcribe --consistent-speakers --format txt calls/*.wav  # one voice, one label in every file
 python -m cli serve                                       # http://127.0.0.1:8000 (HOST / PORT)
 
-``transcribe`` takes the endpoint's request parameters as options (``--return-timestamps word``...).
+``transcribe`` takes the endpoint's request parameters as options (``--return-timestamps word``...); known speaker
+references are audio files, known speaker embeddings a JSON file (a response's ``speaker_embeddings``).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import os
 import sys
 from pathlib import Path
@@ -35,8 +39,25 @@ def _add_parameter_options(parser: argparse.ArgumentParser) -> None:
             group.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=field.description
             )
+        elif name == "known_speaker_embeddings":
+            group.add_argument(flag, default=argparse.SUPPRESS, type=Path, metavar="JSON_FILE", help=field.description)
+        elif name.startswith("known_speaker_"):
+            metavar = "FILE" if name == "known_speaker_references" else "NAME"
+            group.add_argument(flag, default=argparse.SUPPRESS, nargs="+", metavar=metavar, help=field.description)
         else:
             group.add_argument(flag, default=argparse.SUPPRESS, metavar=name.upper(), help=field.description)
+
+
+def _request_parameters(args: argparse.Namespace) -> dict:
+    """The request parameters of the options; reference files read (``OSError`` if one cannot be)."""
+    parameters = {name: getattr(args, name) for name in InferenceConfig.model_fields if hasattr(args, name)}
+    if "known_speaker_references" in parameters:
+        parameters["known_speaker_references"] = [
+            base64.b64encode(Path(path).read_bytes()).decode() for path in parameters["known_speaker_references"]
+        ]
+    if "known_speaker_embeddings" in parameters:
+        parameters["known_speaker_embeddings"] = json.loads(parameters["known_speaker_embeddings"].read_text())
+    return parameters
 
 
 class _ProgressBar:
@@ -59,9 +80,15 @@ class _ProgressBar:
 
 
 def transcribe(args: argparse.Namespace) -> int:
-    parameters = {name: getattr(args, name) for name in InferenceConfig.model_fields if hasattr(args, name)}
+    try:
+        parameters = _request_parameters(args)
+    except (OSError, ValueError) as error:
+        print(f"a known speaker file could not be read: {error}", file=sys.stderr)
+        return 2
     if args.format in ("srt", "vtt"):
         parameters.setdefault("return_timestamps", "word")  # cue timing follows the words
+    if args.consistent_speakers:
+        parameters["return_embeddings"] = True
     try:
         InferenceConfig.from_parameters(parameters)
     except EndpointError as error:
@@ -74,16 +101,20 @@ def transcribe(args: argparse.Namespace) -> int:
     handler = EndpointHandler()
     writer = WRITERS[args.format]
     status = 0
+    voices = _Voices(parameters) if args.consistent_speakers else None
     for path in args.files or [pyannote_sample_path()]:
         progress = _ProgressBar(path.name)
+        request = parameters if voices is None else voices.parameters()
         try:
-            response = handler({"inputs": path.read_bytes(), "parameters": parameters}, progress=progress)
+            response = handler({"inputs": path.read_bytes(), "parameters": request}, progress=progress)
         except (OSError, EndpointError) as error:
             print(f"{path}: {error}", file=sys.stderr)
             status = 1
             continue
         finally:
             progress.close()
+        if voices is not None:
+            voices.add(response)
         output = writer(response, path.stem)
         if args.out is None:
             sys.stdout.write(output)
@@ -93,6 +124,26 @@ def transcribe(args: argparse.Namespace) -> int:
             target.write_text(output, encoding="utf-8")
             print(f"{path} -> {target}", file=sys.stderr)
     return status
+
+
+class _Voices:
+    """``--consistent-speakers``: the voiceprints of the files so far, sent with the next file as known speakers,
+    so that a voice heard before keeps its label and a new voice gets a label of its own."""
+
+    def __init__(self, parameters: dict):
+        self.base = parameters
+        given = parameters.get("known_speaker_embeddings", [])
+        self.named = {*parameters.get("known_speaker_names", []), *(known["speaker"] for known in given)}
+        self.known: dict[str, dict] = {}
+
+    def parameters(self) -> dict:
+        known = [*self.base.get("known_speaker_embeddings", []), *self.known.values()]
+        return {**self.base, "known_speaker_embeddings": known} if known else self.base
+
+    def add(self, response: dict) -> None:
+        for voiceprint in response.get("speaker_embeddings", []):
+            if voiceprint["speaker"] not in self.named:
+                self.known.setdefault(voiceprint["speaker"], voiceprint)
 
 
 def _transcribe_at_endpoint(args: argparse.Namespace, parameters: dict) -> int:
@@ -138,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     remote.add_argument("--endpoint", metavar="URL", help="send the files to this endpoint instead of loading models")
     remote.add_argument("--token", help="bearer token for the endpoint (default: HF_TOKEN)")
     remote.add_argument("--concurrency", type=int, default=4, metavar="N", help="requests in flight (default: 4)")
+    run.add_argument(
+        "--consistent-speakers",
+        action="store_true",
+        help="label the same voice the same way in every file: the files are transcribed in order, each with the "
+        "voiceprints of the files before it as known speakers (not with --endpoint)",
+    )
     _add_parameter_options(run)
     run.set_defaults(command_function=transcribe)
     server = commands.add_parser("serve", help="run the local server")
@@ -147,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "transcribe" and args.endpoint and (args.out is None or args.concurrency < 1):
         run.error("--endpoint needs --out DIR and a --concurrency of at least 1")
+    if args.command == "transcribe" and args.endpoint and args.consistent_speakers:
+        run.error("--consistent-speakers runs the files one after another on the models here, not with --endpoint")
     return args.command_function(args)
 
 

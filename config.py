@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from errors import InvalidParametersError
 from offline_bundle import BUNDLE_DIR, DIARIZATION_DIR_NAME, WHISPER_DIR_NAME
+from voiceprints import MATCH_THRESHOLD, MAX_AUDIO_REFERENCES, MAX_EMBEDDING_REFERENCES
 
 
 class ModelSettings(BaseSettings):
@@ -98,6 +108,19 @@ class ModelSettings(BaseSettings):
         return self.hf_token.get_secret_value() if self.hf_token else None
 
 
+SpeakerName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
+
+
+class KnownSpeakerEmbedding(BaseModel):
+    """A voiceprint as the response's ``speaker_embeddings`` gives it; ``speaker`` is the name to give."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    speaker: SpeakerName
+    model: str = Field(max_length=200)
+    embedding: list[float] = Field(min_length=1, max_length=8192)
+
+
 class InferenceConfig(BaseModel):
     """Options of one request, given as ``parameters`` in the request body. Unknown keys are refused."""
 
@@ -170,6 +193,28 @@ class InferenceConfig(BaseModel):
     max_speakers: int | None = Field(default=None, ge=1)
     """Upper bound on the number of speakers."""
 
+    known_speaker_names: list[SpeakerName] | None = Field(default=None, max_length=MAX_AUDIO_REFERENCES)
+    """Names of the voices in ``known_speaker_references``, in the same order (OpenAI's ``known_speaker_names``):
+    a diarized speaker whose voice matches one takes its name instead of ``SPEAKER_xx``."""
+
+    known_speaker_references: list[str] | None = Field(default=None, max_length=MAX_AUDIO_REFERENCES, exclude=True)
+    """Audio of each known speaker alone, base64 or a ``data:audio/...;base64,`` URL, 2 to 10 s and at most 2 MiB
+    each, in any format ``inputs`` takes (OpenAI's ``known_speaker_references``)."""
+
+    known_speaker_embeddings: list[KnownSpeakerEmbedding] | None = Field(
+        default=None, max_length=MAX_EMBEDDING_REFERENCES, exclude=True
+    )
+    """Known speakers as voiceprints of earlier responses (``speaker_embeddings`` entries, ``speaker`` being the
+    name to give), of this endpoint's embedding model: the same person gets the same name across recordings."""
+
+    speaker_match_threshold: float = Field(default=MATCH_THRESHOLD, gt=0.0, le=1.0)
+    """Cosine similarity from which a diarized speaker takes a known speaker's name (calibrated on the offline
+    default's CAM++ embedding; other embedding models need their own)."""
+
+    return_embeddings: bool = False
+    """Add ``speaker_embeddings``: each speaker's voiceprint (an L2-normalised embedding, with the model it came
+    from), to compare speakers across recordings or pass back as ``known_speaker_embeddings``."""
+
     @field_validator("assisted", mode="before")
     @classmethod
     def _parse_assisted(cls, value: object) -> object:
@@ -189,6 +234,12 @@ class InferenceConfig(BaseModel):
             raise ValueError("num_speakers excludes min_speakers and max_speakers")
         if self.min_speakers is not None and self.max_speakers is not None and self.min_speakers > self.max_speakers:
             raise ValueError(f"min_speakers ({self.min_speakers}) is larger than max_speakers ({self.max_speakers})")
+        if len(self.known_speaker_names or []) != len(self.known_speaker_references or []):
+            raise ValueError("known_speaker_names and known_speaker_references must have the same length")
+        names = [*(self.known_speaker_names or []), *(k.speaker for k in self.known_speaker_embeddings or [])]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"known speaker names given more than once: {', '.join(repeated)}")
         if self.beam_size > 1 and self.temperature > 0:
             raise ValueError("beam_size applies to deterministic decoding: use temperature 0 with beam_size > 1")
         if self.beam_size > 1 and self.assisted is True:

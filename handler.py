@@ -20,6 +20,7 @@ from errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLo
 from formats import WRITERS
 from offline_bundle import BUNDLE_DIR
 from streaming import Emit, LiveTranscript
+from voiceprints import SpeakerEmbedder, identify, references
 
 transformers.logging.set_verbosity_error()  # generate()'s notices about options it sets itself
 transformers.logging.disable_progress_bar()
@@ -46,6 +47,7 @@ class EndpointHandler:
             if self.settings.diarization_model
             else None
         )
+        self.embedder = SpeakerEmbedder(self.diarization) if self.diarization is not None else None
         if self.settings.warms_up:
             sample = pyannote_sample_path().read_bytes()
             for assisted in (False, "auto"):  # both decoding paths: their first use loads different kernels
@@ -77,6 +79,7 @@ class EndpointHandler:
         config = InferenceConfig.from_parameters(data.get("parameters"))
         checkpoint = self._checkpoint(progress)
         checkpoint("decoding", 0, 1)
+        known = references(config, self.embedder, self.settings.max_audio_duration_s, self.settings.decode_timeout_s)
         data_bytes = request_bytes(data["inputs"], self.settings.max_request_bytes)
         audio = decode(data_bytes, self.settings.max_audio_duration_s, self.settings.decode_timeout_s)
         self.transcriber.validate(config)
@@ -92,6 +95,8 @@ class EndpointHandler:
             if self.diarization is not None
             else NO_DIARIZATION
         )
+        identified = identify(diarization, known, config.speaker_match_threshold, self.embedder and self.embedder.model)
+        diarization = identified.diarization
 
         def merge(transcript: Transcript) -> tuple[Transcript, int, list[str | None], list[SpeakerSegment]]:
             """The transcript less its segments away from speech (with diarization) and their number, each word's
@@ -150,6 +155,7 @@ class EndpointHandler:
                 "batch_size": config.effective_batch_size,
                 "language": transcript.language,
             },
+            **identified.response_fields(config),
         }
         words = [
             {
