@@ -62,9 +62,12 @@ class JobProgress:
     fraction: float = 0.0
 
     def advanced(self, stage: str, completed: int, total: int) -> JobProgress:
+        """The progress once ``stage`` has done ``completed`` of ``total`` (numbers as pyannote's hooks give them,
+        NumPy's included)."""
+        completed, total = int(completed), int(total)
         start, end = _STAGE_SPANS.get(stage, (self.fraction, self.fraction))
         fraction = max(self.fraction, start + (end - start) * completed / max(total, 1))
-        return JobProgress(stage, completed, total, round(fraction, 4))
+        return JobProgress(stage, completed, total, round(float(fraction), 4))
 
 
 @dataclass(frozen=True)

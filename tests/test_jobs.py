@@ -111,3 +111,13 @@ def test_bad_job_requests_are_named(tmp_path, method, path, body, status, messag
         response = getattr(client, method)(path, **({"json": body} if body else {}))
         assert response.status_code == status
         assert message in response.json()["error"]
+
+
+def test_progress_from_numpy_counts_is_plain_json():
+    import numpy as np
+
+    from jobs import JobProgress
+
+    progress = JobProgress().advanced("embeddings", np.int64(3), np.int64(6))
+    expected = {"stage": "embeddings", "completed": 3, "total": 6, "fraction": 0.2}
+    assert json.loads(json.dumps(progress.__dict__)) == expected

@@ -1,5 +1,5 @@
 """A real server process started as users start it (``python -m cli serve``), driven over HTTP on 127.0.0.1:
-curl, the official OpenAI SDK, and the demo page in headless Chromium."""
+curl, the official OpenAI SDK (plain and streamed), and the demo page in headless Chromium (one request, and a job)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from conftest import ROOT, SAMPLE_RATE
+from corpus import Conversation, build
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -30,8 +31,10 @@ def free_port() -> int:
 def server(tmp_path_factory):
     """The server's base URL, the /health statuses seen while it started, and its log file."""
     port = free_port()
+    folder = tmp_path_factory.mktemp("server")
     env = {**os.environ, "PORT": str(port), "WORKERS": "1", "QUEUE_LENGTH": "2"}
-    log = tmp_path_factory.mktemp("server") / "server.log"
+    env.update(JOBS_DIR=str(folder / "jobs"), DEMO_JOB_MIN_DURATION_S="45")  # the conversation (70 s) is a job
+    log = folder / "server.log"
     with log.open("wb") as output:
         process = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=ROOT, env=env, stderr=output)
     url = f"http://127.0.0.1:{port}"
@@ -54,6 +57,14 @@ def clip_file(tmp_path_factory, clip_wav):
     path = tmp_path_factory.mktemp("audio") / "clip.wav"
     path.write_bytes(clip_wav)
     return path
+
+
+@pytest.fixture(scope="module")
+def conversation_file(tmp_path_factory):
+    """About 70 s of two synthesized voices taking turns: three 30 s windows."""
+    folder = tmp_path_factory.mktemp("conversation")
+    build(Conversation("conversation", 7, ("flite-slt", "flite-awb"), 40, None, 0.0, 68.0), folder)
+    return folder / "conversation.wav"
 
 
 def test_health_flips_from_503_to_200(server):
@@ -126,6 +137,70 @@ def test_demo_page_shows_the_transcript_by_speaker(server, clip_file):
     assert len(set(speakers)) == 2 and len(set(colours)) == 2
     assert lanes >= len(speakers)
     assert "Diane in New Jersey" in transcript
+    assert "2 speakers" in status
+
+
+def test_the_openai_sdk_streams_speaker_segments_before_the_last_window(server, conversation_file):
+    """Windows one at a time: speaker segments arrive before the last window's text; the final text is the
+    non-streamed one."""
+    from openai import OpenAI
+
+    url, *_ = server
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300, max_retries=0)
+    options = {"model": "whisper-1", "response_format": "diarized_json", "extra_body": {"batch_size": 1}}
+    with conversation_file.open("rb") as audio:
+        events = list(client.audio.transcriptions.create(file=audio, stream=True, chunking_strategy="auto", **options))
+    with conversation_file.open("rb") as audio:
+        plain = client.audio.transcriptions.create(file=audio, **options)
+    kinds = [event.type for event in events]
+    deltas = [i for i, kind in enumerate(kinds) if kind == "transcript.text.delta"]
+    assert len(deltas) >= 2 and kinds[-1] == "transcript.text.done"
+    early = [events[i] for i in range(deltas[-1]) if kinds[i] == "transcript.text.segment"]
+    assert len({segment.speaker for segment in early}) == 2 and all(segment.text for segment in early)
+    assert events[-1].text == plain.text == "".join(events[i].delta for i in deltas)
+    segments = {event.id: event.speaker for event in events if event.type == "transcript.text.segment"}
+    assert segments == {segment.id: segment.speaker for segment in plain.segments}
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_demo_page_runs_a_long_file_as_a_job_and_plays_from_a_turn(server, conversation_file):
+    from playwright.sync_api import sync_playwright
+
+    url, *_ = server
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*flags, "--disable-sync", "--mute-audio"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{url}/ui")
+            page.set_input_files("#file", str(conversation_file))
+            page.click("#transcribe")
+            page.wait_for_selector("#job:not([hidden])", timeout=30_000)
+            fractions = set()
+            while page.is_visible("#job"):
+                fractions.add(page.eval_on_selector("#progress", "bar => bar.value"))
+                time.sleep(0.1)
+            page.wait_for_selector(".turn", timeout=30_000)
+            jobs = httpx.get(f"{url}/jobs").json()["jobs"]
+            turn = page.query_selector_all(".turn")[2]
+            start = float(turn.get_attribute("data-start"))
+            turn.click()
+            page.wait_for_function("() => !document.querySelector('#player').paused", timeout=10_000)
+            time.sleep(0.5)
+            position = page.eval_on_selector("#player", "player => player.currentTime")
+            page.fill(".rename[data-speaker='SPEAKER_00']", "Ann")
+            names = page.eval_on_selector_all(".turn .who", "nodes => nodes.map(n => n.textContent)")
+            with page.expect_download() as download:
+                page.click(".download[data-format='srt']")
+            srt = download.value.path().read_text()
+            status = page.inner_text("#status")
+        finally:
+            browser.close()
+    assert [job["status"] for job in jobs] == ["completed"]
+    assert len([f for f in fractions if 0 < f < 1]) >= 2, fractions  # the bar moved
+    assert start < position < start + 5
+    assert "Ann" in names and "SPEAKER_01" in names and "SPEAKER_00" not in names
+    assert "\nAnn: " in srt and "\nSPEAKER_01: " in srt
     assert "2 speakers" in status
 
 
