@@ -61,6 +61,7 @@ from formats import WRITERS, write_srt, write_vtt
 from handler import EndpointHandler
 from jobs import JobStore
 from streaming import StreamEvent, TextDelta, TurnUpdate
+from voiceprints import MAX_REFERENCE_BYTES
 
 logger = logging.getLogger("server")
 
@@ -70,7 +71,7 @@ _OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json"
 _STREAMED_FORMATS = ("json", "text", "diarized_json")  # OpenAI streams these; segments with diarized_json
 _OPENAI_LIST_FIELDS = ("known_speaker_names", "known_speaker_references")
 """Form fields that may repeat (``known_speaker_names[]``, as OpenAI's SDK sends lists), passed on as lists."""
-_FORM_PART_BYTES = 4 * 1024 * 1024  # one form field: a known speaker reference's data URL (2 MiB of audio)
+_FORM_PART_BYTES = MAX_REFERENCE_BYTES * 4 // 3 + 1024  # one form field: a reference's data URL
 _BODY_OVERHEAD_BYTES = 1024 * 1024  # JSON or multipart framing around the audio
 _DISCONNECT_POLL_S = 0.25
 
