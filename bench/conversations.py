@@ -7,7 +7,8 @@
 
 Per conversation: ``NAME.wav`` (16 kHz mono, 16-bit) and ``NAME.json``: ``turns: [{speaker, start, end, text}]`` as
 ``bench/corpus.py`` writes them (each turn spans exactly the speech placed, Kokoro's silence trimmed), ``language``
-(Whisper's code) and how it was made (voices, speeds, gains, noise, microphone, condition, overlap, seed).
+(Whisper's code) and how it was made (voices, speeds, gains_db, noise, microphone, condition, overlap_s, seed,
+rare_speaker).
 
 - ``tune`` and ``test`` (English, for tuning and for reporting): 2-8 speakers of disjoint voice pools, with no voice of
   one set near-duplicate of a voice of the other (``NEAR_DUPLICATES``), and disjoint sentences (``sentences.TUNE`` and
@@ -17,8 +18,8 @@ Per conversation: ``NAME.wav`` (16 kHz mono, 16-bit) and ``NAME.json``: ``turns:
   with four voices and short turns; a speaker who says one sentence in a long recording; ``test`` has one
   conversation of 10 minutes, ``tune`` one of 5.
 - ``multilingual``: scripted dialogues of 2-3 speakers, 20-50 s, in es, fr, it, pt, hi, zh (Kokoro's voices of each
-  language), en, and de and pl said by Kokoro voices of other languages through espeak-ng's phonemes (accented, labelled
-  ``"accented": true``); French adds such voices to its one native voice.
+  language), en, and de and pl said by Kokoro voices of other languages through espeak-ng's phonemes (accented; JSON
+  ``"accented"`` lists such voices); French adds such voices to its one native voice.
 
 Every synthesized utterance is cached in ``bench/kokoro/.cache`` by voice, language, speed and text, so a rebuild
 only mixes. Seeded: the same Kokoro model and voices give the same files.
@@ -526,6 +527,8 @@ def build_english(set_name: str, folder: Path) -> Iterator[tuple[str, dict]]:
         others = [v for v in pool if v not in chosen and all(frozenset((v, u)) not in NEAR_DUPLICATES for u in chosen)]
         waveform = record(utterances, gains, spec.noise, spec.microphone, others, sentences, rng)
         metadata = _metadata(set_name, spec.name, "en", speeds, gains, spec.noise, spec.microphone)
+        if spec.rare:
+            metadata["rare_speaker"] = f"SPK{spec.speakers - 1}"
         yield spec.name, write(folder, spec.name, waveform, utterances, chosen, metadata)
 
 
