@@ -178,6 +178,25 @@ def _has_word(text: str) -> bool:
     return any(character.isalnum() for character in text)
 
 
+_SENTENCE_ENDS = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
+
+
+def _sentences(segment: Segment, spaced: bool) -> list[Segment]:
+    """``segment`` (a window decoded without timestamp tokens) cut after each word that ends a sentence, each part
+    timed by its words."""
+    parts: list[list[Chunk]] = [[]]
+    for word in segment.words:
+        parts[-1].append(word)
+        if word.text.rstrip("\"')]\u300d").endswith(_SENTENCE_ENDS):
+            parts.append([])
+    joiner = " " if spaced else ""
+    return [
+        Segment(Chunk(joiner.join(w.text for w in words), words[0].start, words[-1].end), words)
+        for words in parts
+        if words
+    ]
+
+
 @dataclass(frozen=True)
 class _Pass:
     """The segments one pass of ``generate`` decoded in a window, starting ``seek`` mel frames into it."""
@@ -189,9 +208,12 @@ class _Pass:
     def tokens(self) -> list[int]:
         return [token for segment in self.segments for token in segment["tokens"].tolist()]
 
-    def dated_segments(self, attention: torch.Tensor, mel_frames: int) -> list[tuple[dict, np.ndarray]]:
-        """Each segment with its tokens' start times in the window; ``attention`` has a row per token from the first."""
-        times = token_times(attention[:, : len(self.tokens)], mel_frames - self.seek) + self.seek * MEL_FRAME_S
+    def dated_segments(self, attention: torch.Tensor, mel_frames: int, lead: int) -> list[tuple[dict, np.ndarray]]:
+        """Each segment with its tokens' start times in the window; ``attention`` has a row per token from ``lead``
+        rows before the first (the prompt's <|notimestamps|>, which takes the audio before the first word as a
+        timestamp token would)."""
+        rows = attention[:, : lead + len(self.tokens)]
+        times = token_times(rows, mel_frames - self.seek)[lead:] + self.seek * MEL_FRAME_S
         bounds = np.cumsum([0] + [len(segment["tokens"]) for segment in self.segments])
         return [(segment, times[a:b]) for segment, a, b in zip(self.segments, bounds[:-1], bounds[1:], strict=True)]
 
@@ -254,6 +276,9 @@ class WhisperTranscriber:
         if device.type == "cpu":
             self.model.proj_out = WeightMajorProjection(self.model.proj_out)
         self.multilingual = bool(getattr(self.model.generation_config, "is_multilingual", False))
+        # A model whose timestamp tokens do not mark time (the bundle's Whisper base: ``offline_bundle.BASE``) is
+        # decoded without them; its segments are sentences timed by their words' alignment.
+        self.timestamps = getattr(self.model.generation_config, "timestamp_tokens", True)
         self.aligner = CrossAttentionAligner(self.model)
         self.model.encode = self.aligner.encode  # the fallback's and beams' windows are encoded once
         self.assistant = self._load_assistant(assistant, token) if assistant else None
@@ -308,7 +333,7 @@ class WhisperTranscriber:
                 "parameters: assisted decoding was asked for, but no assistant model is loaded (set ASSISTANT_MODEL)"
             )
         options: dict = {
-            "return_timestamps": True,
+            "return_timestamps": self.timestamps,
             "return_segments": True,
             "return_dict_in_generate": True,
         }
@@ -433,8 +458,9 @@ class WhisperTranscriber:
                 kept = len(segments)
                 for segment, times in window_segments:
                     decoded = self._segment(window, segment, times, spaced)
+                    parts = [decoded] if self.timestamps else _sentences(decoded, spaced)
+                    segments += [part for part in parts if _has_word(part.chunk.text)]
                     if _has_word(decoded.chunk.text):
-                        segments.append(decoded)
                         heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
                 if len(segments) > kept:
                     cut = self._cut_short(fell_back.segments[i], mel_frames[i])
@@ -560,17 +586,30 @@ class WhisperTranscriber:
         sampled at ``temperature`` (``GumbelSampling``, seeded by window and temperature), every pass within its
         token limit (``TokenBudget``; at most ``spare`` tokens per window when given). Their segments."""
         windows = WindowRows([batch.frames[i] for i in rows])
-        processors = LogitsProcessorList([TokenBudget(windows, self._timestamp_begin, self._end_of_text, spare)])
+        timestamp_begin = self._timestamp_begin if self.timestamps else None
+        processors = LogitsProcessorList([TokenBudget(windows, timestamp_begin, self._end_of_text, spare)])
         if temperature > 0:
             seeds = [(batch.first + i) * 1000 + round(temperature * 100) for i in rows]
             processors.append(GumbelSampling(windows, temperature, seeds))
-        return self.model.generate(
+        output = self.model.generate(
             batch.features[rows],
             attention_mask=batch.attention_mask[rows],
             logits_processor=processors,
             monitor_progress=windows,
             **{**batch.options, **options},
-        )["segments"]
+        )
+        if self.timestamps:
+            return output["segments"]
+        return [self._untimed(sequence, len(batch.prompt)) for sequence in output["sequences"]]
+
+    def _untimed(self, sequence: torch.Tensor, prompt_length: int) -> list[dict]:
+        """A window decoded without timestamps as ``generate``'s segments: one for all its text, if any."""
+        tokens = sequence[prompt_length:]
+        ends = (tokens == self._end_of_text).nonzero()
+        tokens = tokens[: int(ends[0]) if len(ends) else len(tokens)]
+        if not len(tokens):
+            return []
+        return [{"tokens": tokens, "start": 0.0, "end": 0.0, "idxs": (prompt_length, prompt_length + len(tokens))}]
 
     def _cut_short(self, window: list[dict], frames: int, spare: int | None = None) -> str | None:
         """Why ``TokenBudget`` cut a window's decoding short (``frames`` long, at most ``spare`` tokens a pass), or
@@ -656,7 +695,7 @@ class WhisperTranscriber:
         prompt = [self._start]
         if self.multilingual:
             prompt += [generation.lang_to_id[f"<|{language}|>"], generation.task_to_id[task]]
-        return prompt
+        return prompt if self.timestamps else [*prompt, generation.no_timestamps_token_id]
 
     def _date_tokens(
         self,
@@ -675,20 +714,22 @@ class WhisperTranscriber:
         passes = [_passes(window_segments, self._timestamp_begin) for window_segments in segments]
 
         first_tokens, first = self._first_pass(features, segments, prompt)
+        lead = 0 if self.timestamps else 1
         speech = self._is_speech(first.hidden, prompt, first_tokens, config)
         dated: list[list[tuple[dict, np.ndarray]]] = []
         later: list[tuple[int, _Pass]] = []
         for i, window in enumerate(passes):
             dated.append([])
             if window and speech[i]:
-                dated[i].extend(window[0].dated_segments(first.attention[i, :, len(prompt) :], mel_frames[i]))
+                attention = first.attention[i, :, len(prompt) - lead :]
+                dated[i].extend(window[0].dated_segments(attention, mel_frames[i], lead))
                 later.extend((i, decoding_pass) for decoding_pass in window[1:])
         if later:
             cuts = [torch.nn.functional.pad(features[i, :, p.seek :], (0, p.seek)) for i, p in later]
             encoder_output = self.aligner.encode(torch.stack(cuts))
             decoded = self.aligner.decode([prompt + p.tokens for _, p in later], encoder_output)
             for row, (i, p) in enumerate(later):
-                dated[i].extend(p.dated_segments(decoded.attention[row, :, len(prompt) :], mel_frames[i]))
+                dated[i].extend(p.dated_segments(decoded.attention[row, :, len(prompt) :], mel_frames[i], 0))
         return dated
 
     def _is_speech(

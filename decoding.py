@@ -145,9 +145,10 @@ class TokenBudget(LogitsProcessor):
     """Cuts a pass short once it has generated ``token_limit`` tokens for the audio it covers (at most
     ``spare[window]`` when given) or ``is_looping``. The pass is closed as Whisper closes one: a timestamp after
     text (the window's end, or the last timestamp if that is later), then end of text; ``generate`` then takes
-    the window as done, where a pass stopped in mid-segment would be followed by another."""
+    the window as done, where a pass stopped in mid-segment would be followed by another. Without timestamps
+    (``timestamp_begin`` None) it ends with end of text."""
 
-    def __init__(self, rows: WindowRows, timestamp_begin: int, eos: int, spare: list[int] | None = None):
+    def __init__(self, rows: WindowRows, timestamp_begin: int | None, eos: int, spare: list[int] | None = None):
         self.rows, self.timestamp_begin, self.eos, self.spare = rows, timestamp_begin, eos, spare
         self.begin_index = 0
 
@@ -173,7 +174,7 @@ class TokenBudget(LogitsProcessor):
         return scores
 
     def _closing(self, tokens: list[int], window: int) -> int:
-        if tokens[-1] >= self.eos:  # a timestamp
+        if self.timestamp_begin is None or tokens[-1] >= self.eos:  # no timestamps, or a timestamp
             return self.eos
         end = self.timestamp_begin + min(_LAST_TIMESTAMP, self.rows.frames_left(window) // _MEL_FRAMES_PER_TIMESTAMP)
         return max([end, *(token for token in tokens if token >= self.timestamp_begin)])

