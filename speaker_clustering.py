@@ -16,7 +16,7 @@ class SpeakerClustering(BaseClustering):
     nearest large one, so a voice heard for a few seconds in a meeting disappears into another speaker. Here a
     small cluster joins the nearest larger one only if it sounds like it (cosine distance of the centroids at most
     ``keep_distance``); otherwise it is a voice of its own. ``num_clusters``, ``min_clusters`` and ``max_clusters``
-    are hard constraints: the dendrogram is then cut where it gives that many clusters.
+    are hard constraints: the dendrogram is then cut where it gives that many large clusters (or that many).
     """
 
     expects_num_clusters: bool = False
@@ -49,11 +49,17 @@ class SpeakerClustering(BaseClustering):
             or (max_clusters if max_clusters and found > max_clusters else None)
         )
         if wanted is not None and found != wanted:
+            # As pyannote: the first cut of the dendrogram with that many large clusters, the small ones merged;
+            # if none has, the first cut with as many clusters, its smallest merged down to that many.
+            fallback = None
             for size in range(wanted, count + 1):
-                clusters = _merge_small(unit, fcluster(dendrogram, size, criterion="maxclust") - 1, smallest)
-                if clusters.max() + 1 >= wanted:
-                    break
-        return clusters
+                cut = fcluster(dendrogram, size, criterion="maxclust") - 1
+                if (np.bincount(cut) >= smallest).sum() == wanted:
+                    return _merge_small(unit, cut, smallest)
+                if fallback is None and cut.max() + 1 >= wanted:
+                    fallback = cut
+            clusters = _fewest(unit, fallback, wanted) if fallback is not None else clusters
+        return np.unique(clusters, return_inverse=True)[1]
 
 
 def _merge_small(unit: np.ndarray, clusters: np.ndarray, smallest: int, within: float = 2.0) -> np.ndarray:
@@ -80,3 +86,18 @@ def _merge_small(unit: np.ndarray, clusters: np.ndarray, smallest: int, within: 
         else:
             kept.append(label)
     return np.unique(clusters, return_inverse=True)[1]
+
+
+def _fewest(unit: np.ndarray, clusters: np.ndarray, wanted: int) -> np.ndarray:
+    """Merge the smallest cluster into the one with the nearest centroid until ``wanted`` are left."""
+    clusters = np.unique(clusters, return_inverse=True)[1]
+    while clusters.max() + 1 > wanted:
+        sizes = np.bincount(clusters)
+        smallest = int(np.argmin(sizes))
+        centroids = np.stack([unit[clusters == label].mean(axis=0) for label in range(len(sizes))])
+        centroids /= np.linalg.norm(centroids, axis=-1, keepdims=True)
+        similarity = centroids @ centroids[smallest]
+        similarity[smallest] = -np.inf
+        clusters[clusters == smallest] = int(np.argmax(similarity))
+        clusters = np.unique(clusters, return_inverse=True)[1]
+    return clusters

@@ -1,0 +1,51 @@
+"""The offline default's clustering: a voice heard little is kept, an echo of a known voice is not, hints bind."""
+
+import numpy as np
+import pytest
+
+from speaker_clustering import SpeakerClustering
+
+
+def _voices(*groups: tuple[np.ndarray, int], seed: int = 0) -> np.ndarray:
+    """Embeddings scattered (cosine ~0.9) around each ``(direction, count)``."""
+    rng = np.random.default_rng(seed)
+    rows = [direction + 0.02 * rng.standard_normal((count, len(direction))) for direction, count in groups]
+    return np.concatenate(rows)
+
+
+def _clustering(keep_distance: float = 0.35) -> SpeakerClustering:
+    clustering = SpeakerClustering()
+    clustering.instantiate({"threshold": 0.6, "min_cluster_size": 12, "keep_distance": keep_distance})
+    return clustering
+
+
+@pytest.fixture(scope="module")
+def directions() -> np.ndarray:
+    return np.linalg.qr(np.random.default_rng(1).standard_normal((192, 4)))[0].T
+
+
+def test_a_voice_heard_a_few_times_is_a_speaker_of_its_own(directions):
+    a, b, rare, _ = directions
+    embeddings = _voices((a, 40), (b, 40), (rare, 3))
+    assert len(set(_clustering().cluster(embeddings.copy(), 1, 83))) == 3
+    assert len(set(_clustering(keep_distance=2.0).cluster(embeddings.copy(), 1, 83))) == 2  # pyannote's rule
+
+
+def test_a_few_embeddings_close_to_a_voice_join_it(directions):
+    a, b, _, _ = directions
+    near_a = a + 0.3 * b  # cosine distance 0.04 from a
+    clusters = _clustering().cluster(_voices((a, 40), (b, 40), (near_a, 3)), 1, 83)
+    assert len(set(clusters)) == 2
+    assert set(clusters[80:]) == {clusters[0]}
+
+
+@pytest.mark.parametrize(
+    ("hints", "expected"), [({"num_clusters": 2}, 2), ({"max_clusters": 2}, 2), ({"min_clusters": 4}, 4)]
+)
+def test_speaker_count_hints_are_hard_constraints(directions, hints, expected):
+    a, b, rare, _ = directions
+    embeddings = _voices((a, 40), (b, 40), (rare, 3))
+    bounds = {"min_clusters": 1, "max_clusters": len(embeddings), **hints}
+    if "num_clusters" in hints:
+        bounds["min_clusters"] = bounds["max_clusters"] = hints["num_clusters"]
+    assert len(set(_clustering().cluster(embeddings, **bounds))) == expected
