@@ -125,7 +125,10 @@ def main() -> None:
         started = time.perf_counter()
         output = model.generate(features, attention_mask=inputs.attention_mask.to(transcriber.device), **options)
         decoder = time.perf_counter() - started - (timers.seconds["encoder"] - encoder_before)
-        tokens = [t for segment in output["segments"][0] for t in segment["tokens"].tolist()]
+        if transcriber.timestamps:
+            tokens = [t for segment in output["segments"][0] for t in segment["tokens"].tolist()]
+        else:  # decoded without timestamp tokens (Whisper base): one sequence, prompt included
+            tokens = output["sequences"][0].tolist()
         return tokens, decoder, counts
 
     warm_up = split_windows(decode(pyannote_sample_path().read_bytes(), 60).waveform[: 5 * SAMPLE_RATE], 30)
