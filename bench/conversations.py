@@ -31,6 +31,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import os
 import re
 import sys
 import time
@@ -271,8 +272,9 @@ def synthesize(text: str, voice: str, speed: float, phonemes: str | None = None)
         samples, rate = kokoro().create(text, voice, speed=speed, lang=language)
         waveform = torch.from_numpy(np.asarray(samples, dtype=np.float32))
         CACHE.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".part.npy")
-        np.save(partial, torchaudio.functional.resample(waveform, rate, SAMPLE_RATE).numpy())
+        partial = path.with_suffix(f".{os.getpid()}.part")  # builders running at once never share a partial file
+        with partial.open("wb") as file:
+            np.save(file, torchaudio.functional.resample(waveform, rate, SAMPLE_RATE).numpy())
         partial.replace(path)
     return trim(np.load(path))
 
