@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from config import InferenceConfig
     from diarization_utils import Diarization
 
-MATCH_THRESHOLD = 0.5
+MATCH_THRESHOLD = 0.605
 """Cosine similarity from which a speaker takes a reference's name (CAM++ of the offline bundle; measured by
 ``bench/calibrate_voiceprints.py``, results in ``bench/results-voiceprints.txt``)."""
 MAX_AUDIO_REFERENCES = 8
