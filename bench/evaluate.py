@@ -33,15 +33,20 @@ from audio import pyannote_sample_path
 
 @dataclass(frozen=True)
 class Reference:
-    """A recording with its reference speaker turns: (speaker, start, end, text)."""
+    """A recording with its reference speaker turns: (speaker, start, end, text), and its spoken language."""
 
     name: str
     audio: Path
     turns: list[tuple[str, float, float, str]]
+    language: str = "en"
 
     @property
     def text(self) -> str:
         return " ".join(turn[3] for turn in self.turns)
+
+    @property
+    def speakers(self) -> int:
+        return len({turn[0] for turn in self.turns})
 
 
 def read_stm(audio: Path, stm: Path) -> Reference:
@@ -60,8 +65,9 @@ def pyannote_sample() -> Reference:
 def read_corpus(folder: Path) -> list[Reference]:
     references = []
     for path in sorted(folder.glob("*.json")):
-        turns = [(t["speaker"], t["start"], t["end"], t["text"]) for t in json.loads(path.read_text())["turns"]]
-        references.append(Reference(path.stem, path.with_suffix(".wav"), turns))
+        reference = json.loads(path.read_text())
+        turns = [(t["speaker"], t["start"], t["end"], t["text"]) for t in reference["turns"]]
+        references.append(Reference(path.stem, path.with_suffix(".wav"), turns, reference.get("language", "en")))
     return references
 
 
@@ -89,7 +95,7 @@ class Scorer:
         )
         self.words, self.errors, self.cp_errors = self.words + words, self.errors + errors, self.cp_errors + cp_errors
         found = len({s["speaker"] for s in speakers if s["speaker"] is not None})
-        truth = len({turn[0] for turn in reference.turns})
+        truth = reference.speakers
         self.recordings, self.counted = self.recordings + 1, self.counted + (found == truth)
         wer, cpwer = errors / max(1, words), cp_errors / max(1, words)
         return {"wer": wer, "cpwer": cpwer, "gap": cpwer - wer, "der": float(der), "speakers": (found, truth)}

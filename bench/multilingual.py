@@ -38,6 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from evaluate import Reference, read_corpus
 from kokoro import wav_bytes
 from metrics import CHARACTER_LANGUAGES, cp_word_errors, normalize, texts_by_speaker, word_errors
 
@@ -173,33 +174,6 @@ def write_clips(folder: Path) -> None:
 
 
 @dataclass(frozen=True)
-class Recording:
-    """A recording with its spoken language and reference turns: (speaker, start, end, text)."""
-
-    name: str
-    audio: Path
-    language: str
-    turns: list[tuple[str, float, float, str]]
-
-    @property
-    def text(self) -> str:
-        return " ".join(turn[3] for turn in self.turns)
-
-    @property
-    def speakers(self) -> int:
-        return len({turn[0] for turn in self.turns})
-
-
-def read_recordings(folder: Path) -> list[Recording]:
-    recordings = []
-    for path in sorted(folder.glob("*.json")):
-        reference = json.loads(path.read_text())
-        turns = [(t["speaker"], t["start"], t["end"], t["text"]) for t in reference["turns"]]
-        recordings.append(Recording(path.stem, path.with_suffix(".wav"), reference["language"], turns))
-    return recordings
-
-
-@dataclass(frozen=True)
 class Result:
     """What a system made of a recording: the language it detected, its speaker turns (speaker, text), the time."""
 
@@ -221,7 +195,7 @@ class Tally:
     seconds: list[float] = field(default_factory=list)
     audio_s: float = 0.0
 
-    def add(self, recording: Recording, result: Result, duration: float) -> tuple[float, float]:
+    def add(self, recording: Reference, result: Result, duration: float) -> tuple[float, float]:
         """Count ``result``; return its error rate and speaker-attributed error rate."""
         language = recording.language
         units = len(normalize(recording.text, language))
@@ -271,7 +245,7 @@ class Systems:
     def names(self) -> list[str]:
         return ["endpoint", *self.faster_whisper]
 
-    def run(self, recording: Recording) -> tuple[dict[str, Result], float]:
+    def run(self, recording: Reference) -> tuple[dict[str, Result], float]:
         """Each system's result, and the time the endpoint's diarization pipeline takes on its own (faster-whisper's
         words get its speakers)."""
         from diarization_utils import diarize
@@ -318,7 +292,7 @@ def evaluate(folders: list[Path], compute_types: list[str]) -> None:
     tallies: dict[tuple[str, str], Tally] = defaultdict(Tally)
     diarization: dict[str, float] = defaultdict(float)
     for folder in folders:
-        for recording in read_recordings(folder):
+        for recording in read_corpus(folder):
             duration = len(decode(recording.audio.read_bytes(), _MAX_DURATION_S).waveform) / SAMPLE_RATE
             results, diarization_s = systems.run(recording)
             diarization[folder.name] += diarization_s

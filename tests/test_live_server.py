@@ -19,6 +19,25 @@ from conftest import ROOT, SAMPLE_RATE
 from corpus import Conversation, build
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+needs_chromium = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)"
+)
+
+
+@contextlib.contextmanager
+def demo_page(url: str):
+    """The demo page, open in headless Chromium (muted)."""
+    from playwright.sync_api import sync_playwright
+
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*flags, "--disable-sync", "--mute-audio"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{url}/ui")
+            yield page
+        finally:
+            browser.close()
 
 
 def free_port() -> int:
@@ -113,27 +132,18 @@ def test_the_openai_sdk_gets_text(server, clip_file):
     assert verbose.language == "english" and verbose.words and verbose.words[0].start < verbose.words[-1].end
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")
+@needs_chromium
 def test_demo_page_shows_the_transcript_by_speaker(server, clip_file):
-    from playwright.sync_api import sync_playwright
-
     url, *_ = server
-    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*flags, "--disable-sync"])
-        try:
-            page = browser.new_page()
-            page.goto(f"{url}/ui")
-            page.set_input_files("#file", str(clip_file))
-            page.click("#transcribe")
-            page.wait_for_selector(".turn", timeout=120_000)
-            speakers = page.eval_on_selector_all(".turn", "nodes => nodes.map(n => n.dataset.speaker)")
-            lanes = page.eval_on_selector_all(".lane .bar", "nodes => nodes.length")
-            colours = page.eval_on_selector_all(".turn", "nodes => nodes.map(n => n.style.borderLeftColor)")
-            transcript = page.inner_text("#transcript")
-            status = page.inner_text("#status")
-        finally:
-            browser.close()
+    with demo_page(url) as page:
+        page.set_input_files("#file", str(clip_file))
+        page.click("#transcribe")
+        page.wait_for_selector(".turn", timeout=120_000)
+        speakers = page.eval_on_selector_all(".turn", "nodes => nodes.map(n => n.dataset.speaker)")
+        lanes = page.eval_on_selector_all(".lane .bar", "nodes => nodes.length")
+        colours = page.eval_on_selector_all(".turn", "nodes => nodes.map(n => n.style.borderLeftColor)")
+        transcript = page.inner_text("#transcript")
+        status = page.inner_text("#status")
     assert len(set(speakers)) == 2 and len(set(colours)) == 2
     assert lanes >= len(speakers)
     assert "Diane in New Jersey" in transcript
@@ -162,40 +172,31 @@ def test_the_openai_sdk_streams_speaker_segments_before_the_last_window(server, 
     assert segments == {segment.id: segment.speaker for segment in plain.segments}
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)")
+@needs_chromium
 def test_demo_page_runs_a_long_file_as_a_job_and_plays_from_a_turn(server, conversation_file):
-    from playwright.sync_api import sync_playwright
-
     url, *_ = server
-    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*flags, "--disable-sync", "--mute-audio"])
-        try:
-            page = browser.new_page()
-            page.goto(f"{url}/ui")
-            page.set_input_files("#file", str(conversation_file))
-            page.click("#transcribe")
-            page.wait_for_selector("#job:not([hidden])", timeout=30_000)
-            fractions = set()
-            while page.is_visible("#job"):
-                fractions.add(page.eval_on_selector("#progress", "bar => bar.value"))
-                time.sleep(0.1)
-            page.wait_for_selector(".turn", timeout=30_000)
-            jobs = httpx.get(f"{url}/jobs").json()["jobs"]
-            turn = page.query_selector_all(".turn")[2]
-            start = float(turn.get_attribute("data-start"))
-            turn.click()
-            page.wait_for_function("() => !document.querySelector('#player').paused", timeout=10_000)
-            time.sleep(0.5)
-            position = page.eval_on_selector("#player", "player => player.currentTime")
-            page.fill(".rename[data-speaker='SPEAKER_00']", "Ann")
-            names = page.eval_on_selector_all(".turn .who", "nodes => nodes.map(n => n.textContent)")
-            with page.expect_download() as download:
-                page.click(".download[data-format='srt']")
-            srt = download.value.path().read_text()
-            status = page.inner_text("#status")
-        finally:
-            browser.close()
+    with demo_page(url) as page:
+        page.set_input_files("#file", str(conversation_file))
+        page.click("#transcribe")
+        page.wait_for_selector("#job:not([hidden])", timeout=30_000)
+        fractions = set()
+        while page.is_visible("#job"):
+            fractions.add(page.eval_on_selector("#progress", "bar => bar.value"))
+            time.sleep(0.1)
+        page.wait_for_selector(".turn", timeout=30_000)
+        jobs = httpx.get(f"{url}/jobs").json()["jobs"]
+        turn = page.query_selector_all(".turn")[2]
+        start = float(turn.get_attribute("data-start"))
+        turn.click()
+        page.wait_for_function("() => !document.querySelector('#player').paused", timeout=10_000)
+        time.sleep(0.5)
+        position = page.eval_on_selector("#player", "player => player.currentTime")
+        page.fill(".rename[data-speaker='SPEAKER_00']", "Ann")
+        names = page.eval_on_selector_all(".turn .who", "nodes => nodes.map(n => n.textContent)")
+        with page.expect_download() as download:
+            page.click(".download[data-format='srt']")
+        srt = download.value.path().read_text()
+        status = page.inner_text("#status")
     assert [job["status"] for job in jobs] == ["completed"]
     assert len([f for f in fractions if 0 < f < 1]) >= 2, fractions  # the bar moved
     assert start < position < start + 5
