@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -39,6 +39,9 @@ _SPEECH_MARGIN_S = 0.5  # word timings from the alignment lag or lead the diariz
 _FALLBACK_TEMPERATURE_STEP = 0.2
 _WINDOW_BUDGET = 1.5  # tokens a window's decodings (first and sampled) may generate in all, in its token limits
 _LANGUAGE_WINDOWS = 3  # the language is detected on the first windows (faster-whisper's language_detection_segments)
+_HOLE_S = 1.0  # a pause between the words of a window decoded without timestamp tokens that may hide left-out speech
+_HOLE_SPEECH_S = 0.5  # ... does if the diarization finds this much speech in it
+_HOLE_ROUNDS = 3  # the holes of a hole's text are decoded again, this many times deep
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,10 @@ class Window:
 
     offset: float
     samples: np.ndarray
+
+    @property
+    def end(self) -> float:
+        return self.offset + len(self.samples) / SAMPLE_RATE
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,7 @@ class Decoding:
     """How the windows were decoded: how many with the assistant, its drafted and accepted tokens, how many were
     decoded again because their text repeated itself or was cut short (temperature fallback), the sampled
     decodings that took and those their token budget left out, how many windows kept a decoding cut short
-    (``decoding.TokenBudget``), the time."""
+    (``decoding.TokenBudget``), how many holes in the text were decoded again (``find_holes``), the time."""
 
     windows: int
     assisted_windows: int
@@ -78,6 +85,7 @@ class Decoding:
     fallback_decodings: int
     fallback_decodings_skipped: int
     truncated_windows: int
+    holes: int
     seconds: float
 
     def to_dict(self) -> dict:
@@ -93,6 +101,7 @@ class Decoding:
             "fallback_decodings": self.fallback_decodings,
             "fallback_decodings_skipped": self.fallback_decodings_skipped,
             "truncated_windows": self.truncated_windows,
+            "holes": self.holes,
             "seconds": round(self.seconds, 3),
         }
 
@@ -187,7 +196,7 @@ def _sentences(segment: Segment, spaced: bool) -> list[Segment]:
     parts: list[list[Chunk]] = [[]]
     for word in segment.words:
         parts[-1].append(word)
-        if word.text.rstrip("\"')]\u300d").endswith(_SENTENCE_ENDS):
+        if _ends_sentence(word):
             parts.append([])
     joiner = " " if spaced else ""
     return [
@@ -195,6 +204,104 @@ def _sentences(segment: Segment, spaced: bool) -> list[Segment]:
         for words in parts
         if words
     ]
+
+
+@dataclass
+class _Tally:
+    """What a request's decodings add up to (``Decoding``), and the warnings they raise."""
+
+    assisted: int = 0
+    fallback_windows: int = 0
+    fallback_decodings: int = 0
+    fallback_skipped: int = 0
+    truncated: int = 0
+    holes: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    def count(self, fallback: _Fallback) -> None:
+        self.fallback_windows += fallback.windows
+        self.fallback_decodings += fallback.decodings
+        self.fallback_skipped += sum(fallback.skipped)
+
+    def decoding(self, windows: int, drafts: DraftCounts) -> Decoding:
+        return Decoding(
+            windows=windows,
+            assisted_windows=self.assisted,
+            drafted_tokens=drafts.drafted,
+            accepted_tokens=drafts.accepted,
+            fallback_windows=self.fallback_windows,
+            fallback_decodings=self.fallback_decodings,
+            fallback_decodings_skipped=self.fallback_skipped,
+            truncated_windows=self.truncated,
+            holes=self.holes,
+            seconds=self.seconds,
+        )
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What a batch's decodings share: the decoder prompt (earlier text, start of transcript, language, task),
+    ``generate``'s options, the request's parameters, whether its text is spaced, its tally."""
+
+    prompt: list[int]
+    options: dict
+    config: InferenceConfig
+    spaced: bool
+    tally: _Tally
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """A batch's segments per window, the text tokens heard, whether a window fell back to sampling."""
+
+    segments: list[list[Segment]]
+    heard: list[int]
+    fell_back: bool
+
+
+@dataclass(frozen=True)
+class Holes:
+    """A window's words (a sentence's first word dated at a hole moved to the hole's end) and its holes."""
+
+    words: list[Chunk]
+    windows: list[Window]
+
+
+def _speech_in(speech: TurnIndex, start: float, end: float) -> float:
+    """Seconds of [start, end] that the ``speech`` turns cover (overlapping turns counted once)."""
+    covered, reach = 0.0, start
+    for turn in speech.overlapping(start, end):
+        low, high = max(turn.start, reach), min(turn.end, end)
+        if high > low:
+            covered, reach = covered + high - low, high
+    return covered
+
+
+def _ends_sentence(word: Chunk) -> bool:
+    return word.text.rstrip("\"')]\u300d").endswith(_SENTENCE_ENDS)
+
+
+def find_holes(window: Window, words: list[Chunk], speech: TurnIndex) -> Holes:
+    """The pauses of ``_HOLE_S`` or more between a window's ``words`` (and its ends) that hold ``_HOLE_SPEECH_S`` of
+    ``speech``, as windows to decode again (in pauses without speech, Whisper makes up text: "Thank you." in a
+    ringing tone). A sentence's first word alone before a hole is where the alignment put the next sentence's
+    first word when the text jumped over the hole: it moves to the hole's end."""
+    if not words:
+        return Holes([], [])
+    words = list(words)
+    for i in range(len(words) - 1):
+        opens = i == 0 or _ends_sentence(words[i - 1])
+        if opens and not _ends_sentence(words[i]) and words[i + 1].start - words[i].end >= _HOLE_S:
+            length = words[i].end - words[i].start
+            words[i] = replace(words[i], start=round(words[i + 1].start - length, 3), end=words[i + 1].start)
+    bounds = [window.offset, *(time for word in words for time in (word.start, word.end)), window.end]
+    holes = []
+    for start, end in zip(bounds[::2], bounds[1::2], strict=True):
+        if end - start >= _HOLE_S and _speech_in(speech, start, end) >= _HOLE_SPEECH_S:
+            first, last = round((start - window.offset) * SAMPLE_RATE), round((end - window.offset) * SAMPLE_RATE)
+            holes.append(Window(start, window.samples[first:last]))
+    return Holes(words, holes)
 
 
 @dataclass(frozen=True)
@@ -393,88 +500,131 @@ class WhisperTranscriber:
         config: InferenceConfig,
         progress: Progress | None = None,
         on_batch: Callable[[Transcript], None] | None = None,
+        speech: Sequence[Turn] | None = None,
     ) -> Transcript:
         """Transcribe a 16 kHz mono waveform window by window, batching windows when not assisted.
 
         ``generate`` picks the tokens (SDPA attention, nothing kept per step; ``decoding`` for the assistant);
         one teacher-forced decoder pass per batch then dates them (``alignment``) and gives the
-        log-probabilities of Whisper's no-speech rule. ``on_batch`` gets the transcript so far after each batch.
+        log-probabilities of Whisper's no-speech rule. A model decoded without timestamp tokens decodes again the
+        holes its text left in the ``speech`` turns of the diarization, when given (``find_holes``).
+        ``on_batch`` gets the transcript so far after each batch.
         """
         windows = split_windows(waveform, config.chunk_length_s)
         context = self._prompt_tokens(config.prompt)
         segments: list[Segment] = []
+        tally = _Tally()
         options: dict | None = None
         language, language_probability, spaced = "en", 1.0, True
-        done = assisted = fallback = decodings = skipped = truncated = 0
-        seconds = 0.0
-        warnings: list[str] = []
+        speech_index = None if speech is None else TurnIndex(speech)
+        done = 0
         counts = self.model.count_drafts() if self.assistant is not None else DraftCounts()
 
         def transcript() -> Transcript:
-            decoding = Decoding(
-                windows=len(windows),
-                assisted_windows=assisted,
-                drafted_tokens=counts.drafted,
-                accepted_tokens=counts.accepted,
-                fallback_windows=fallback,
-                fallback_decodings=decodings,
-                fallback_decodings_skipped=skipped,
-                truncated_windows=truncated,
-                seconds=seconds,
+            decoding = tally.decoding(len(windows), counts)
+            return Transcript(
+                list(segments), language, language_probability, decoding, tuple(tally.warnings), spaced=spaced
             )
-            return Transcript(list(segments), language, language_probability, decoding, tuple(warnings), spaced=spaced)
 
         for batch in _batched(windows, config.effective_batch_size):
-            inputs = self.processor.feature_extractor(
-                [window.samples for window in batch],
-                sampling_rate=SAMPLE_RATE,
-                return_tensors="pt",
-                return_attention_mask=True,
-            )
-            features = inputs.input_features.to(self.device, self.dtype)
             if options is None:
                 options, language, language_probability = self._generation_options(config, windows)
                 spaced = is_spaced(language, config.task)
             earlier = [self.model.generation_config.prev_sot_token_id, *context] if context else []
             prompt = earlier + self._prompt(language, config.task)
             batch_options = {**options, "prompt_ids": torch.tensor(earlier, device=self.device)} if earlier else options
-            assistant = {"assistant_model": self.assistant} if self._assists(config, len(batch)) else {}
-            assisted += len(batch) if assistant else 0
-            mel_frames = inputs.attention_mask.sum(dim=-1).tolist()
-            attention_mask = inputs.attention_mask.to(self.device)
-            with self.aligner.keeping_encoder_passes():
-                started = time.perf_counter()
-                batch_input = _BatchInput(features, attention_mask, batch_options, prompt, mel_frames, done)
-                windows_segments = self._generate(batch_input, list(range(len(batch))), config.temperature, **assistant)
-                if config.beam_size > 1:
-                    windows_segments = self._search_beams(batch_input, windows_segments, config)
-                fell_back = self._fall_back(batch_input, windows_segments, config)
-                seconds += time.perf_counter() - started
-                fallback, decodings = fallback + fell_back.windows, decodings + fell_back.decodings
-                skipped += sum(fell_back.skipped)
-                dated = self._date_tokens(features, mel_frames, fell_back.segments, prompt, config)
-            heard = []
-            for i, (window, window_segments) in enumerate(zip(batch, dated, strict=True)):
-                kept = len(segments)
-                for segment, times in window_segments:
-                    decoded = self._segment(window, segment, times, spaced)
-                    parts = [decoded] if self.timestamps else _sentences(decoded, spaced)
-                    segments += [part for part in parts if _has_word(part.chunk.text)]
-                    if _has_word(decoded.chunk.text):
-                        heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
-                if len(segments) > kept:
-                    cut = self._cut_short(fell_back.segments[i], mel_frames[i])
-                    truncated += cut is not None
-                    name = f"window {done + i + 1} of {len(windows)}"
-                    warnings += _window_warnings(window, name, cut, fell_back.skipped[i])
+            names = [f"window {done + i + 1} of {len(windows)}" for i in range(len(batch))]
+            request = _Request(prompt, batch_options, config, spaced, tally)
+            decoded = self._decode(batch, done, names, request)
+            if not self.timestamps and speech_index is not None:
+                decoded = self._fill_holes(batch, decoded, done, names, request, speech_index)
+            segments += [segment for window in decoded.segments for segment in window]
             if config.condition_on_previous_text:
-                context = [] if fell_back.windows else (context + heard)[-self._max_context :]
+                context = [] if decoded.fell_back else (context + decoded.heard)[-self._max_context :]
             done += len(batch)
             if on_batch is not None:
                 on_batch(transcript())
             if progress is not None:
                 progress("transcription", done, len(windows))
         return transcript()
+
+    def _decode(self, batch: list[Window], first: int, names: list[str], request: _Request) -> _Decoded:
+        """Decode ``batch`` (its first window the recording's ``first``) after the ``request``'s prompt: each
+        window's segments with a word (sentences, for a model decoded without timestamp tokens) and the text tokens
+        heard. The request's tally counts the decodings and gathers the warnings, naming each window by ``names``."""
+        config, tally = request.config, request.tally
+        inputs = self.processor.feature_extractor(
+            [window.samples for window in batch],
+            sampling_rate=SAMPLE_RATE,
+            return_tensors="pt",
+            return_attention_mask=True,
+        )
+        features = inputs.input_features.to(self.device, self.dtype)
+        assistant = {"assistant_model": self.assistant} if self._assists(config, len(batch)) else {}
+        tally.assisted += len(batch) if assistant else 0
+        mel_frames = inputs.attention_mask.sum(dim=-1).tolist()
+        attention_mask = inputs.attention_mask.to(self.device)
+        with self.aligner.keeping_encoder_passes():
+            started = time.perf_counter()
+            batch_input = _BatchInput(features, attention_mask, request.options, request.prompt, mel_frames, first)
+            windows_segments = self._generate(batch_input, list(range(len(batch))), config.temperature, **assistant)
+            if config.beam_size > 1:
+                windows_segments = self._search_beams(batch_input, windows_segments, config)
+            fell_back = self._fall_back(batch_input, windows_segments, config)
+            tally.seconds += time.perf_counter() - started
+            tally.count(fell_back)
+            dated = self._date_tokens(features, mel_frames, fell_back.segments, request.prompt, config)
+        decoded: list[list[Segment]] = []
+        heard: list[int] = []
+        for i, (window, window_segments) in enumerate(zip(batch, dated, strict=True)):
+            decoded.append([])
+            for segment, times in window_segments:
+                whole = self._segment(window, segment, times, request.spaced)
+                parts = [whole] if self.timestamps else _sentences(whole, request.spaced)
+                decoded[-1] += [part for part in parts if _has_word(part.chunk.text)]
+                if _has_word(whole.chunk.text):
+                    heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
+            if decoded[-1]:
+                cut = self._cut_short(fell_back.segments[i], mel_frames[i])
+                tally.truncated += cut is not None
+                tally.warnings += _window_warnings(window, names[i], cut, fell_back.skipped[i])
+        return _Decoded(decoded, heard, fell_back.windows > 0)
+
+    def _fill_holes(
+        self,
+        batch: list[Window],
+        decoded: _Decoded,
+        first: int,
+        names: list[str],
+        request: _Request,
+        speech: TurnIndex,
+        rounds: int = _HOLE_ROUNDS,
+    ) -> _Decoded:
+        """``decoded`` with the sentences of each window's holes (``find_holes``), decoded as windows of their own, and
+        so on for their holes, ``rounds`` deep. Without timestamp tokens Whisper may go from one sentence to one
+        seconds later, leaving out the speech between; its alignment then dates the later sentence's first word at
+        the hole's start."""
+        words = [[word for segment in window for word in segment.words] for window in decoded.segments]
+        found = [find_holes(window, window_words, speech) for window, window_words in zip(batch, words, strict=True)]
+        holes = [hole for window_holes in found for hole in window_holes.windows]
+        if not holes:
+            return decoded
+        owners = [i for i, window_holes in enumerate(found) for _ in window_holes.windows]
+        hole_names = [f"{names[i]}, {hole.offset:.1f}-{hole.end:.1f} s" for i, hole in zip(owners, holes, strict=True)]
+        filled = self._decode(holes, first, hole_names, request)
+        if rounds > 1:
+            filled = self._fill_holes(holes, filled, first, hole_names, request, speech, rounds - 1)
+        request.tally.holes += len(holes)
+        merged = [list(window_holes.words) for window_holes in found]
+        for i, hole_segments in zip(owners, filled.segments, strict=True):
+            merged[i] += [word for segment in hole_segments for word in segment.words]
+        joiner = " " if request.spaced else ""
+        segments = []
+        for window_words in merged:
+            window_words.sort(key=lambda word: word.start)
+            whole = Segment(Chunk(joiner.join(word.text for word in window_words), None, None), window_words)
+            segments.append(_sentences(whole, request.spaced) if window_words else [])
+        return _Decoded(segments, decoded.heard + filled.heard, decoded.fell_back or filled.fell_back)
 
     def _search_beams(
         self, batch: _BatchInput, segments: list[list[dict]], config: InferenceConfig

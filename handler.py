@@ -117,7 +117,11 @@ class EndpointHandler:
             live.update(kept.text, word_speakers, turns, final=False)
 
         transcript = self.transcriber.transcribe(
-            audio.waveform, config, checkpoint, decoded if live is not None else None
+            audio.waveform,
+            config,
+            checkpoint,
+            decoded if live is not None else None,
+            diarization.turns if self.diarization is not None else None,
         )
         checkpoint("merge", 0, 1)
         warnings = list(transcript.warnings)

@@ -534,17 +534,23 @@ def build_english(set_name: str, folder: Path) -> Iterator[tuple[str, dict]]:
         yield spec.name, write(folder, spec.name, waveform, utterances, chosen, metadata)
 
 
+def record_dialogue(dialogue: Dialogue) -> tuple[np.ndarray, list[Utterance], list[float], list[float]]:
+    """A ``DIALOGUES`` conversation: its waveform, utterances, and the speeds and gains of its voices."""
+    rng = np.random.default_rng(seed("multilingual", dialogue.name))
+    speeds = [round(float(rng.uniform(0.9, 1.1)), 2) for _ in dialogue.voices]
+    gains = [round(float(rng.uniform(-0.5, 0.5) * dialogue.microphone.spread_db), 1) for _ in dialogue.voices]
+    script = MULTILINGUAL[dialogue.language][dialogue.script]
+    utterances = place(scripted_lines(script), dialogue.voices, speeds, rng, phonemes=dialogue.phonemes)
+    others = [v for v in voices() if v[0] == dialogue.voices[0][0] and v not in dialogue.voices]
+    babble_sentences = [line[3:] for line in script]
+    waveform = record(utterances, gains, dialogue.noise, dialogue.microphone, others, babble_sentences, rng)
+    return waveform, utterances, speeds, gains
+
+
 def build_multilingual(folder: Path) -> Iterator[tuple[str, dict]]:
     """Build every ``DIALOGUES`` conversation into ``folder``; yield each name and reference."""
     for dialogue in DIALOGUES:
-        rng = np.random.default_rng(seed("multilingual", dialogue.name))
-        speeds = [round(float(rng.uniform(0.9, 1.1)), 2) for _ in dialogue.voices]
-        gains = [round(float(rng.uniform(-0.5, 0.5) * dialogue.microphone.spread_db), 1) for _ in dialogue.voices]
-        script = MULTILINGUAL[dialogue.language][dialogue.script]
-        utterances = place(scripted_lines(script), dialogue.voices, speeds, rng, phonemes=dialogue.phonemes)
-        others = [v for v in voices() if v[0] == dialogue.voices[0][0] and v not in dialogue.voices]
-        babble_sentences = [line[3:] for line in script]
-        waveform = record(utterances, gains, dialogue.noise, dialogue.microphone, others, babble_sentences, rng)
+        waveform, utterances, speeds, gains = record_dialogue(dialogue)
         metadata = _metadata(
             "multilingual", dialogue.name, dialogue.language, speeds, gains, dialogue.noise, dialogue.microphone
         )
