@@ -32,8 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evaluate import Reference, pyannote_sample, read_folder
 from kokoro import wav_bytes
 from metrics import annotation
+from pyannote.audio.pipelines.clustering import BaseClustering
 from pyannote.core import Segment, Timeline
 from pyannote.metrics.diarization import DiarizationErrorRate
+from pyannote.pipeline.parameter import Integer, Uniform
+from sklearn.cluster import KMeans
 
 from audio import SAMPLE_RATE, decode
 from config import ModelSettings
@@ -149,13 +152,90 @@ def main() -> None:
 
 def candidates(default, grid: bool):
     """The offline default and, with ``grid``, the clusterings it was chosen from: pyannote's agglomerative
-    clustering as the bundle had it until 2026-12-06 (every small cluster merged: ``keep_distance`` 2) and small
-    clusters kept as voices of their own beyond other distances."""
+    clustering as the bundle had it until 2026-12-06 (every small cluster merged: ``keep_distance`` 2), small
+    clusters kept as voices of their own beyond other distances, and 3D-Speaker's spectral clustering."""
     yield "offline default (.bundle config.yaml)", default
     for keep in (0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 2.0) if grid else ():
         clustering = SpeakerClustering()
         clustering.instantiate({"threshold": 0.6, "min_cluster_size": 12, "keep_distance": keep})
         yield f"centroid linkage, threshold 0.6, min size 12, keep small clusters beyond {keep}", clustering
+    for pruning in (0.012, 0.05, 0.1, 0.2) if grid else ():
+        for neighbours in (4, 6, 10):
+            for merge in (0.6, 0.7, 0.8):
+                clustering = SpectralSpeakerClustering()
+                parameters = {"pruning": pruning, "min_neighbours": neighbours, "merge_similarity": merge}
+                clustering.instantiate({**parameters, "max_speakers": 10})
+                yield f"spectral {parameters}", clustering
+
+
+class SpectralSpeakerClustering(BaseClustering):
+    """3D-Speaker's spectral clustering of CAM++ embeddings: cosine affinities, each row pruned to its
+    ``1 - pruning`` share of largest values (at least ``min_neighbours``), the number of speakers at the largest
+    eigengap of the graph Laplacian (up to ``max_speakers``), k-means on the eigenvectors; clusters whose centroids
+    are within cosine ``merge_similarity`` are merged. ``num_clusters``, ``min_clusters`` and ``max_clusters`` bound
+    the count."""
+
+    expects_num_clusters: bool = False
+
+    def __init__(self, metric: str = "cosine", constrained_assignment: bool = False):
+        super().__init__(metric=metric, constrained_assignment=constrained_assignment)
+        self.pruning = Uniform(0.0, 1.0)
+        self.min_neighbours = Integer(1, 20)
+        self.merge_similarity = Uniform(0.0, 1.0)
+        self.max_speakers = Integer(1, 30)
+
+    def cluster(
+        self,
+        embeddings: np.ndarray,
+        min_clusters: int | None = None,
+        max_clusters: int | None = None,
+        num_clusters: int | None = None,
+    ) -> np.ndarray:
+        count = len(embeddings)
+        if count <= 2:
+            return np.zeros(count, dtype=int)
+        unit = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
+        affinity = unit @ unit.T
+        dropped = min(int((1 - self.pruning) * count), count - self.min_neighbours)
+        if dropped > 0:
+            lowest = np.argsort(affinity, axis=1)[:, :dropped]
+            np.put_along_axis(affinity, lowest, 0.0, axis=1)
+        affinity = 0.5 * (affinity + affinity.T)
+        np.fill_diagonal(affinity, 0.0)
+        laplacian = np.diag(np.abs(affinity).sum(axis=1)) - affinity
+        eigenvalues, eigenvectors = np.linalg.eigh(laplacian)
+        low = max(1, min_clusters or 1)
+        high = min(count - 1, max_clusters or self.max_speakers, self.max_speakers)
+        if num_clusters:
+            wanted = num_clusters
+        else:
+            gaps = np.diff(eigenvalues[low - 1 : high + 1])
+            wanted = int(np.argmax(gaps)) + low if len(gaps) else low
+        wanted = min(wanted, count)
+        if wanted == 1:
+            return np.zeros(count, dtype=int)
+        spectral = eigenvectors[:, :wanted]
+        clusters = KMeans(wanted, n_init=10, random_state=0).fit_predict(spectral)
+        if not num_clusters:
+            clusters = _merge_similar(unit, clusters, self.merge_similarity, low)
+        return np.unique(clusters, return_inverse=True)[1]
+
+
+def _merge_similar(unit: np.ndarray, clusters: np.ndarray, similarity: float, fewest: int) -> np.ndarray:
+    """Merge the two clusters with the most similar centroids while that cosine is above ``similarity`` and more
+    than ``fewest`` are left."""
+    clusters = np.unique(clusters, return_inverse=True)[1]
+    while clusters.max() + 1 > fewest:
+        centroids = np.stack([unit[clusters == label].mean(axis=0) for label in range(clusters.max() + 1)])
+        centroids /= np.linalg.norm(centroids, axis=-1, keepdims=True)
+        cosine = centroids @ centroids.T
+        np.fill_diagonal(cosine, -np.inf)
+        a, b = np.unravel_index(int(np.argmax(cosine)), cosine.shape)
+        if cosine[a, b] < similarity:
+            break
+        clusters[clusters == b] = a
+        clusters = np.unique(clusters, return_inverse=True)[1]
+    return clusters
 
 
 if __name__ == "__main__":
