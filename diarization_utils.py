@@ -299,13 +299,45 @@ def attribute(
     previous speaker's sentence is moved to the end of that sentence, and otherwise one that lands a few words
     after a sentence end is moved back to it. Consecutive pieces of one speaker form a
     turn timed by its pieces, ending by the next turn's start. Every piece's text appears in exactly one turn,
-    in order, joined by ``separator`` (none for languages written without spaces); nothing is dropped.
+    in order, joined by ``separator`` (none for languages written without spaces); nothing is dropped. A speaker
+    of the diarization that no piece went to still has turns, without text (``_with_unheard``).
     """
     intervals = _intervals(pieces, duration)
     index = TurnIndex(turns)
     speakers = [_speaker_for(start, end, index) for start, end in intervals]
     speakers = _snap_changes_to_sentence_ends(pieces, _keep_speaker_in_overlaps(speakers, intervals, overlaps))
-    return speakers, _align_to_turns(_group(pieces, speakers, intervals, separator), turns)
+    segments = _align_to_turns(_group(pieces, speakers, intervals, separator), turns)
+    return speakers, _with_unheard(segments, turns, overlaps)
+
+
+_MIN_UNHEARD_S = 1.0
+
+
+def _with_unheard(
+    segments: list[SpeakerSegment], turns: Sequence[Turn], overlaps: Sequence[Overlap]
+) -> list[SpeakerSegment]:
+    """``segments`` and, for each speaker of the diarization that no word went to but who speaks
+    ``_MIN_UNHEARD_S`` or more (their turns and the overlaps they are in), their speech as turns without text:
+    Whisper wrote only the other voice where they talk over someone, or missed their words."""
+    heard = {segment.speaker for segment in segments}
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for turn in turns:
+        spans.setdefault(turn.speaker, []).append((turn.start, turn.end))
+    for overlap in overlaps:
+        for speaker in overlap.speakers:
+            spans.setdefault(speaker, []).append((overlap.start, overlap.end))
+    unheard = []
+    for speaker, regions in spans.items():
+        if speaker in heard or sum(end - start for start, end in regions) < _MIN_UNHEARD_S:
+            continue
+        merged: list[list[float]] = []
+        for start, end in sorted(regions):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        unheard += [SpeakerSegment(speaker, "", start, end) for start, end in merged]
+    return sorted(segments + unheard, key=lambda segment: segment.start) if unheard else segments
 
 
 def _keep_speaker_in_overlaps(

@@ -68,11 +68,11 @@ class _Word:
 def _turn_words(response: dict, separator: str) -> list[tuple[dict, list[_Word]]]:
     """Each speaker turn with its words, timed inside the turn.
 
-    Words come from ``words`` when the response has them (consecutive words of one speaker form one turn);
-    otherwise the turn's text is split into words (at spaces; into characters, keeping their spaces, where
-    ``separator`` is empty) timed in proportion to their length.
+    Words come from ``words`` when the response has them (consecutive words of one speaker form one turn with
+    text); otherwise the turn's text is split into words (at spaces; into characters, keeping their spaces, where
+    ``separator`` is empty) timed in proportion to their length. A turn without text has no words.
     """
-    turns = response["speakers"]
+    turns = [turn for turn in response["speakers"] if turn["text"]]
     groups: list[list[dict]] = []
     for word in response.get("words") or []:
         if groups and groups[-1][0]["speaker"] == word["speaker"]:

@@ -44,11 +44,12 @@ class LiveTranscript:
         self._sent: list[SpeakerSegment] = []
 
     def update(self, text: str, word_speakers: Sequence[str | None], turns: Sequence[SpeakerSegment], final: bool):
-        """The transcript now reads ``text``; its words went to ``word_speakers``, forming ``turns``."""
+        """The transcript now reads ``text``; its words went to ``word_speakers``, forming ``turns`` (those without
+        text, of speakers no word went to, are not streamed)."""
         if len(text) > len(self._text) and text.startswith(self._text):
             self._emit(TextDelta(text[len(self._text) :]))
             self._text = text
-        rounded = [SpeakerSegment(t.speaker, t.text, round(t.start, 3), round(t.end, 3)) for t in turns]
+        rounded = [SpeakerSegment(t.speaker, t.text, round(t.start, 3), round(t.end, 3)) for t in turns if t.text]
         for index, turn in enumerate(rounded[: len(rounded) if final else _settled(word_speakers)]):
             if index == len(self._sent):
                 self._sent.append(turn)

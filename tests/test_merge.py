@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diarization_utils import Chunk, Overlap, Turn, TurnIndex
+from diarization_utils import Chunk, Overlap, SpeakerSegment, Turn, TurnIndex
 from diarization_utils import attribute as attribute_pieces
 
 
@@ -57,8 +57,22 @@ def test_single_speaker_makes_one_turn():
     assert [(s.speaker, s.text) for s in segments] == [("A", "one voice only")]
 
 
-def test_no_pieces_no_turns():
-    assert attribute([], [Turn("A", 0.0, 1.0)]) == ([], [])
+def test_no_pieces_no_turns_with_text():
+    assert attribute([], [Turn("A", 0.0, 0.9)]) == ([], [])  # under a second of speech
+    assert attribute([], [Turn("A", 0.0, 1.5)]) == ([], [SpeakerSegment("A", "", 0.0, 1.5)])
+
+
+def test_a_speaker_heard_only_under_another_keeps_turns_without_text():
+    # B talks over A for 2.4 s and Whisper wrote A's words only: B is still one of the speakers, without text
+    pieces = words(("five", 0.2, 0.8), ("years", 0.8, 1.5), ("it", 4.1, 4.7), ("rains.", 4.7, 5.8))
+    turns = [Turn("A", 0.0, 8.6)]
+    overlaps = [Overlap(("A", "B"), 4.4, 6.5), Overlap(("A", "C"), 7.0, 7.3)]  # C: 0.3 s, not a speaker
+    speakers, segments = attribute_pieces(pieces, turns, 10.0, overlaps)
+    assert speakers == ["A"] * 4
+    assert [(s.speaker, s.text, s.start, s.end) for s in segments] == [
+        ("A", "five years it rains.", 0.0, 5.8),
+        ("B", "", 4.4, 6.5),
+    ]
 
 
 def test_a_change_just_before_a_sentence_end_moves_to_it():
