@@ -113,7 +113,7 @@ def test_fuzzed_merge_keeps_every_word_once_in_order(pieces, raw_turns, duration
     assert " ".join(s.text for s in segments).split() == " ".join(c.text for c in chunks).split()
     for segment in segments:
         assert segment.start <= segment.end
-    for first, second in itertools.pairwise(segments):
+    for first, second in itertools.pairwise([s for s in segments if s.text]):  # without text: a voice under another
         assert first.end <= second.start + 1e-9
 
 
