@@ -615,15 +615,15 @@ class WhisperTranscriber:
         if rounds > 1:
             filled = self._fill_holes(holes, filled, first, hole_names, request, speech, rounds - 1)
         request.tally.holes += len(holes)
-        merged = [list(window_holes.words) for window_holes in found]
+        merged = {i: list(found[i].words) for i in owners}
         for i, hole_segments in zip(owners, filled.segments, strict=True):
             merged[i] += [word for segment in hole_segments for word in segment.words]
         joiner = " " if request.spaced else ""
-        segments = []
-        for window_words in merged:
+        segments = list(decoded.segments)
+        for i, window_words in merged.items():
             window_words.sort(key=lambda word: word.start)
             whole = Segment(Chunk(joiner.join(word.text for word in window_words), None, None), window_words)
-            segments.append(_sentences(whole, request.spaced) if window_words else [])
+            segments[i] = [part for part in _sentences(whole, request.spaced) if _has_word(part.chunk.text)]
         return _Decoded(segments, decoded.heard + filled.heard, decoded.fell_back or filled.fell_back)
 
     def _search_beams(
