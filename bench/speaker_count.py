@@ -69,11 +69,13 @@ def _beginning(reference: Reference, seconds: float) -> Reference:
 class CachedPipeline:
     """The default pipeline with its segmentation and embeddings computed once per recording."""
 
-    def __init__(self) -> None:
+    def __init__(self, single_pass: bool = True) -> None:
         settings = ModelSettings()
-        self.pipeline = load_pipeline(settings.diarization_model, settings.token, torch.device("cpu"))
+        self.pipeline = load_pipeline(settings.diarization_model, settings.token, torch.device("cpu"), single_pass)
         config = yaml.safe_load(Path(settings.diarization_model, "config.yaml").read_text())
         del config["pipeline"]["params"]["clustering"], config["params"]["clustering"]  # not what is cached
+        if not single_pass:
+            config["single_pass"] = False
         key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
         self.folder = CACHE / key
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -141,8 +143,9 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="a line per recording")
     parser.add_argument("--grid", action="store_true", help="every candidate, not only the default and the former")
     parser.add_argument("--oracle", action="store_true", help="give each recording its true number of speakers")
+    parser.add_argument("--per-window", action="store_true", help="CAM++ per window, as pyannote (not single pass)")
     args = parser.parse_args()
-    pipeline = CachedPipeline()
+    pipeline = CachedPipeline(single_pass=not args.per_window)
     sets = [read_set(spec) for spec in args.sets]
     for label, clustering in candidates(pipeline.pipeline.clustering, args.grid):
         print(label)
