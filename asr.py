@@ -29,7 +29,7 @@ from decoding import (
 )
 from diarization_utils import Chunk, Progress, Turn, TurnIndex
 from errors import InvalidParametersError, ModelLoadError
-from formats import is_spaced
+from formats import ends_sentence, is_spaced
 
 _QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the last seconds of each window
 _ENERGY_FRAME_S = 0.02
@@ -187,16 +187,13 @@ def _has_word(text: str) -> bool:
     return any(character.isalnum() for character in text)
 
 
-_SENTENCE_ENDS = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
-
-
 def _sentences(segment: Segment, spaced: bool) -> list[Segment]:
     """``segment`` (a window decoded without timestamp tokens) cut after each word that ends a sentence, each part
     timed by its words."""
     parts: list[list[Chunk]] = [[]]
     for word in segment.words:
         parts[-1].append(word)
-        if _ends_sentence(word):
+        if ends_sentence(word.text):
             parts.append([])
     joiner = " " if spaced else ""
     return [
@@ -268,20 +265,6 @@ class Holes:
     windows: list[Window]
 
 
-def _speech_in(speech: TurnIndex, start: float, end: float) -> float:
-    """Seconds of [start, end] that the ``speech`` turns cover (overlapping turns counted once)."""
-    covered, reach = 0.0, start
-    for turn in speech.overlapping(start, end):
-        low, high = max(turn.start, reach), min(turn.end, end)
-        if high > low:
-            covered, reach = covered + high - low, high
-    return covered
-
-
-def _ends_sentence(word: Chunk) -> bool:
-    return word.text.rstrip("\"')]\u300d").endswith(_SENTENCE_ENDS)
-
-
 def find_holes(window: Window, words: list[Chunk], speech: TurnIndex) -> Holes:
     """The pauses of ``_HOLE_S`` or more between a window's ``words`` (and its ends) that hold ``_HOLE_SPEECH_S`` of
     ``speech``, as windows to decode again (in pauses without speech, Whisper makes up text: "Thank you." in a
@@ -291,14 +274,14 @@ def find_holes(window: Window, words: list[Chunk], speech: TurnIndex) -> Holes:
         return Holes([], [])
     words = list(words)
     for i in range(len(words) - 1):
-        opens = i == 0 or _ends_sentence(words[i - 1])
-        if opens and not _ends_sentence(words[i]) and words[i + 1].start - words[i].end >= _HOLE_S:
+        opens = i == 0 or ends_sentence(words[i - 1].text)
+        if opens and not ends_sentence(words[i].text) and words[i + 1].start - words[i].end >= _HOLE_S:
             length = words[i].end - words[i].start
             words[i] = replace(words[i], start=round(words[i + 1].start - length, 3), end=words[i + 1].start)
     bounds = [window.offset, *(time for word in words for time in (word.start, word.end)), window.end]
     holes = []
     for start, end in zip(bounds[::2], bounds[1::2], strict=True):
-        if end - start >= _HOLE_S and _speech_in(speech, start, end) >= _HOLE_SPEECH_S:
+        if end - start >= _HOLE_S and speech.covered(start, end) >= _HOLE_SPEECH_S:
             first, last = round((start - window.offset) * SAMPLE_RATE), round((end - window.offset) * SAMPLE_RATE)
             holes.append(Window(start, window.samples[first:last]))
     return Holes(words, holes)

@@ -17,6 +17,7 @@ from pyannote.core import SlidingWindowFeature
 
 from audio import SAMPLE_RATE
 from errors import ModelLoadError
+from formats import ends_sentence
 from speaker_clustering import SpeakerClustering
 from speaker_confidence import SpeakerEvidence, speaker_evidence
 
@@ -131,6 +132,15 @@ class TurnIndex:
     @staticmethod
     def _ends_after(turn: Turn, time: float, inclusive: bool) -> bool:
         return turn.end >= time if inclusive else turn.end > time
+
+    def covered(self, start: float, end: float) -> float:
+        """Seconds of [start, end] that the turns cover, overlapping turns counted once."""
+        seconds, reach = 0.0, start
+        for turn in self.overlapping(start, end):
+            low, high = max(turn.start, reach), min(turn.end, end)
+            if high > low:
+                seconds, reach = seconds + high - low, high
+        return seconds
 
     def overlapping(self, start: float, end: float) -> list[Turn]:
         """The turns that start before ``end`` and end after ``start``, in order."""
@@ -392,27 +402,23 @@ def _align_to_turns(segments: list[SpeakerSegment], turns: Sequence[Turn]) -> li
     return aligned
 
 
-_SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
 _MAX_WORDS_TO_SENTENCE_END = 3
-
-
-def _ends_sentence(piece: Chunk) -> bool:
-    return piece.text.rstrip().endswith(_SENTENCE_END)
 
 
 def _snap_changes_to_sentence_ends(pieces: Sequence[Chunk], speakers: list[str | None]) -> list[str | None]:
     speakers = list(speakers)
     for i in range(1, len(pieces)):
-        if speakers[i] == speakers[i - 1] or _ends_sentence(pieces[i - 1]):
+        if speakers[i] == speakers[i - 1] or ends_sentence(pieces[i - 1].text):
             continue
         later = next(
-            (j for j in range(i, min(i + _MAX_WORDS_TO_SENTENCE_END, len(pieces))) if _ends_sentence(pieces[j])), None
+            (j for j in range(i, min(i + _MAX_WORDS_TO_SENTENCE_END, len(pieces))) if ends_sentence(pieces[j].text)),
+            None,
         )
         if later is not None and all(speaker == speakers[i] for speaker in speakers[i : later + 1]):
             speakers[i : later + 1] = [speakers[i - 1]] * (later + 1 - i)
             continue
         earlier = next(
-            (j for j in range(i - 2, max(-1, i - 2 - _MAX_WORDS_TO_SENTENCE_END), -1) if _ends_sentence(pieces[j])),
+            (j for j in range(i - 2, max(-1, i - 2 - _MAX_WORDS_TO_SENTENCE_END), -1) if ends_sentence(pieces[j].text)),
             None,
         )
         if earlier is not None and all(speaker == speakers[i - 1] for speaker in speakers[earlier + 1 : i]):

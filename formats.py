@@ -16,7 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-_SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
+_SENTENCE_ENDS = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
+
+
+def ends_sentence(text: str) -> bool:
+    """Whether ``text`` (a word) ends a sentence: a full stop, question or exclamation mark (Latin or CJK), before
+    any closing quote or bracket."""
+    return text.rstrip().rstrip("\"')]\u300d").endswith(_SENTENCE_ENDS)
+
+
 # A character, or a run of ASCII letters and digits, with the spaces before it and the punctuation after it.
 _CHARACTER = re.compile(r"\s*(?:[0-9A-Za-z]+|\S)[^\w\s]*")
 
@@ -130,7 +138,7 @@ def _cue_words(words: list[_Word], widths: list[int], options: SubtitleOptions, 
         ):
             groups.append(current := [])
         current.append(word)
-        if word.text.endswith(_SENTENCE_END) and _width(separator.join(w.text for w in current)) >= widths[0]:
+        if ends_sentence(word.text) and _width(separator.join(w.text for w in current)) >= widths[0]:
             groups.append([])
     return [group for group in groups if group]
 

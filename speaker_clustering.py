@@ -62,6 +62,17 @@ class SpeakerClustering(BaseClustering):
         return np.unique(clusters, return_inverse=True)[1]
 
 
+def centroid(members: np.ndarray) -> np.ndarray:
+    """The unit-length mean of unit embeddings."""
+    mean = members.mean(axis=0)
+    return mean / np.linalg.norm(mean)
+
+
+def centroids(unit: np.ndarray, clusters: np.ndarray) -> np.ndarray:
+    """The centroid of each cluster of the ``unit`` embeddings, labelled 0 to n - 1."""
+    return np.stack([centroid(unit[clusters == label]) for label in range(clusters.max() + 1)])
+
+
 def _merge_small(unit: np.ndarray, clusters: np.ndarray, smallest: int, within: float = 2.0) -> np.ndarray:
     """Clusters of fewer than ``smallest`` members, largest first, join the nearest cluster kept so far when its
     centroid is within ``within`` (cosine distance; 2 always), else are kept. Labels renumbered from 0."""
@@ -71,15 +82,11 @@ def _merge_small(unit: np.ndarray, clusters: np.ndarray, smallest: int, within: 
     kept = [label for label, size in zip(labels[order], sizes[order], strict=True) if size >= smallest]
     if not kept:
         return np.zeros_like(clusters)
-
-    def centroid(label: int) -> np.ndarray:
-        mean = unit[clusters == label].mean(axis=0)
-        return mean / np.linalg.norm(mean)
-
     for label in labels[order]:
         if label in kept:
             continue
-        similarity = [float(centroid(other) @ centroid(label)) for other in kept]
+        own = centroid(unit[clusters == label])
+        similarity = [float(centroid(unit[clusters == other]) @ own) for other in kept]
         nearest = int(np.argmax(similarity))
         if 1.0 - similarity[nearest] <= within:
             clusters[clusters == label] = kept[nearest]
@@ -94,9 +101,8 @@ def _fewest(unit: np.ndarray, clusters: np.ndarray, wanted: int) -> np.ndarray:
     while clusters.max() + 1 > wanted:
         sizes = np.bincount(clusters)
         smallest = int(np.argmin(sizes))
-        centroids = np.stack([unit[clusters == label].mean(axis=0) for label in range(len(sizes))])
-        centroids /= np.linalg.norm(centroids, axis=-1, keepdims=True)
-        similarity = centroids @ centroids[smallest]
+        means = centroids(unit, clusters)
+        similarity = means @ means[smallest]
         similarity[smallest] = -np.inf
         clusters[clusters == smallest] = int(np.argmax(similarity))
         clusters = np.unique(clusters, return_inverse=True)[1]

@@ -22,20 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from evaluate import Reference, Scorer, pyannote_sample, read_folder
+from evaluate import Reference, Scorer
+from speaker_count import read_set
 
 import diarization_utils
 from config import InferenceConfig
 from diarization_utils import Chunk, Diarization, attribute
+from formats import ends_sentence
 
 CACHE = Path(__file__).resolve().parent / "results" / "attribution-cache"
-
-
-def read_set(spec: str) -> tuple[str, list[Reference]]:
-    if spec == "sample":
-        return "sample", [pyannote_sample()]
-    name, folder = spec.split("=", 1)
-    return name, read_folder(Path(folder))
 
 
 class Recordings:
@@ -80,17 +75,16 @@ def _snap_keeping_whole_runs(pieces, speakers):
     """The default snapping, except that a run of another speaker that ends a sentence and is followed by yet
     another speaker (a back-channel, a short answer) keeps its speaker."""
     speakers = list(speakers)
-    ends = diarization_utils._ends_sentence
     for i in range(1, len(pieces)):
-        if speakers[i] == speakers[i - 1] or ends(pieces[i - 1]):
+        if speakers[i] == speakers[i - 1] or ends_sentence(pieces[i - 1].text):
             continue
-        later = next((j for j in range(i, min(i + 3, len(pieces))) if ends(pieces[j])), None)
+        later = next((j for j in range(i, min(i + 3, len(pieces))) if ends_sentence(pieces[j].text)), None)
         if later is not None and all(speaker == speakers[i] for speaker in speakers[i : later + 1]):
             whole = later + 1 == len(pieces) or speakers[later + 1] != speakers[i]
             if not whole:
                 speakers[i : later + 1] = [speakers[i - 1]] * (later + 1 - i)
             continue
-        earlier = next((j for j in range(i - 2, max(-1, i - 5), -1) if ends(pieces[j])), None)
+        earlier = next((j for j in range(i - 2, max(-1, i - 5), -1) if ends_sentence(pieces[j].text)), None)
         if earlier is not None and all(speaker == speakers[i - 1] for speaker in speakers[earlier + 1 : i]):
             speakers[earlier + 1 : i] = [speakers[i]] * (i - 1 - earlier)
     return speakers

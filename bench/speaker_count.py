@@ -41,7 +41,7 @@ from sklearn.cluster import KMeans
 from audio import SAMPLE_RATE, decode
 from config import ModelSettings
 from diarization_utils import load_pipeline
-from speaker_clustering import SpeakerClustering
+from speaker_clustering import SpeakerClustering, centroids
 
 CACHE = Path(__file__).resolve().parent / "results" / "clustering-cache"
 
@@ -229,9 +229,8 @@ def _merge_similar(unit: np.ndarray, clusters: np.ndarray, similarity: float, fe
     than ``fewest`` are left."""
     clusters = np.unique(clusters, return_inverse=True)[1]
     while clusters.max() + 1 > fewest:
-        centroids = np.stack([unit[clusters == label].mean(axis=0) for label in range(clusters.max() + 1)])
-        centroids /= np.linalg.norm(centroids, axis=-1, keepdims=True)
-        cosine = centroids @ centroids.T
+        means = centroids(unit, clusters)
+        cosine = means @ means.T
         np.fill_diagonal(cosine, -np.inf)
         a, b = np.unravel_index(int(np.argmax(cosine)), cosine.shape)
         if cosine[a, b] < similarity:
