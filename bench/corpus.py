@@ -1,6 +1,7 @@
 """Build a multi-speaker test corpus with Debian's flite and espeak-ng: exact reference turns and transcripts.
 
     python bench/corpus.py --out bench/corpus
+    python bench/corpus.py --holdout --out bench/corpus-holdout   # other voices, lines and seeds: never tuned on
 
 Each conversation is seeded, so the corpus is the same on every machine with the same flite/espeak-ng. It has
 2-4 speakers, pauses, overlapping turns and, in some files, background noise; one lasts more than 5 minutes.
@@ -32,6 +33,12 @@ VOICES = {
     "flite-kal": ["flite", "-voice", "kal16"],
     "espeak-us-f": ["espeak-ng", "-v", "en-us+f3", "-s", "150"],
     "espeak-gb-m": ["espeak-ng", "-v", "en-gb+m3", "-s", "150"],
+    # held-out voices (``--holdout``)
+    "flite-kal8": ["flite", "-voice", "kal"],
+    "espeak-scot-m": ["espeak-ng", "-v", "en-gb-scotland+m1", "-s", "160"],
+    "espeak-rp-f": ["espeak-ng", "-v", "en-gb-x-rp+f4", "-s", "145"],
+    "espeak-us-m": ["espeak-ng", "-v", "en-us+m4", "-s", "170"],
+    "espeak-029-f": ["espeak-ng", "-v", "en-029+f2", "-s", "155"],
 }
 
 LINES = [
@@ -77,6 +84,39 @@ LINES = [
     "Remember to bring your umbrella, it looks cloudy.",
 ]
 
+HOLDOUT_LINES = [
+    "Did anyone water the plants while I was away?",
+    "I watered them on Tuesday, but the fern still looks dry.",
+    "The printer on the third floor is jammed again.",
+    "I will call the technician after the team meeting.",
+    "How much did the new laptop cost in the end?",
+    "A little under nine hundred, with the extra memory.",
+    "Our flight was delayed by almost three hours.",
+    "At least the airline gave everyone a meal voucher.",
+    "Could you send me the slides before the workshop starts?",
+    "They are in the shared folder under this week's date.",
+    "My sister just adopted a puppy from the shelter.",
+    "What breed is it, do you know?",
+    "Nobody is sure, but it has enormous ears.",
+    "The bakery on the corner closes early on Sundays.",
+    "Then we should buy the bread on Saturday evening.",
+    "I think the budget needs another review before we sign.",
+    "Agreed, the travel costs look far too high.",
+    "The children want to go swimming after school.",
+    "The pool is closed for cleaning until Thursday.",
+    "Let's take them to the library instead.",
+    "Have you read the book that everyone is talking about?",
+    "Only the first chapter, it starts very slowly.",
+    "The bus driver forgot to stop at my station this morning.",
+    "That happened to me last winter in the snow.",
+    "We need two more chairs for the guests tonight.",
+    "I can borrow some from the neighbours downstairs.",
+    "Is the garden party still happening if it rains?",
+    "We will move everything into the garage.",
+    "The doctor said I should walk for half an hour every day.",
+    "You could join our group on Monday and Wednesday mornings.",
+]
+
 
 @dataclass(frozen=True)
 class Conversation:
@@ -103,6 +143,15 @@ CONVERSATIONS = [
     Conversation("long-three", 6, ("flite-slt", "flite-awb", "espeak-us-f"), 90, 25.0, 0.15),
 ]
 
+# Never tuned on: held-out voices beside known ones in new pairings, HOLDOUT_LINES, other seeds.
+HOLDOUT = [
+    Conversation("h-two-scot", 101, ("espeak-scot-m", "flite-slt"), 12, None, 0.1),
+    Conversation("h-three-mixed", 102, ("flite-kal8", "espeak-rp-f", "flite-rms"), 16, 20.0, 0.2),
+    Conversation("h-four-new", 103, ("espeak-us-m", "espeak-029-f", "flite-awb", "espeak-rp-f"), 18, 25.0, 0.2),
+    Conversation("h-three-espeak", 104, ("espeak-scot-m", "espeak-029-f", "espeak-us-m"), 15, 15.0, 0.1),
+    Conversation("h-four-short", 105, ("flite-slt", "espeak-us-m", "flite-kal8", "espeak-029-f"), 12, None, 0.15),
+]
+
 
 def synthesize(voice: str, text: str, folder: Path) -> np.ndarray:
     """Speak ``text`` with ``voice``; 16 kHz float32 samples with leading/trailing silence trimmed."""
@@ -117,7 +166,7 @@ def synthesize(voice: str, text: str, folder: Path) -> np.ndarray:
     return samples[loud[0] : loud[-1] + 1] if len(loud) else samples
 
 
-def build(conversation: Conversation, folder: Path) -> dict:
+def build(conversation: Conversation, folder: Path, lines: list[str] = LINES) -> dict:
     """Mix one conversation; return its reference (turns in seconds, exact speech extents)."""
     rng = np.random.default_rng(conversation.seed)
     pieces: list[tuple[int, np.ndarray, str, str]] = []
@@ -128,7 +177,7 @@ def build(conversation: Conversation, folder: Path) -> dict:
             if conversation.duration_s is not None and cursor >= conversation.duration_s * SAMPLE_RATE:
                 break
             speaker = int(rng.choice([s for s in range(len(conversation.voices)) if s != previous]))
-            text = " ".join(str(line) for line in rng.choice(LINES, size=int(rng.integers(1, 3)), replace=False))
+            text = " ".join(str(line) for line in rng.choice(lines, size=int(rng.integers(1, 3)), replace=False))
             samples = synthesize(conversation.voices[speaker], text, Path(tmp))
             if pieces and rng.random() < conversation.overlap_probability:
                 start = cursor - int(rng.uniform(0.3, 0.8) * SAMPLE_RATE)  # barge in before the end
@@ -173,10 +222,12 @@ def write_wav(path: Path | BinaryIO, samples: np.ndarray) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "corpus")
+    parser.add_argument("--holdout", action="store_true", help="the held-out conversations (HOLDOUT)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for conversation in CONVERSATIONS:
-        reference = build(conversation, args.out)
+    conversations, lines = (HOLDOUT, HOLDOUT_LINES) if args.holdout else (CONVERSATIONS, LINES)
+    for conversation in conversations:
+        reference = build(conversation, args.out, lines)
         length = reference["turns"][-1]["end"]
         speakers, turns = len(conversation.voices), len(reference["turns"])
         print(f"{conversation.name}: {speakers} speakers, {turns} turns, {length:.0f} s")

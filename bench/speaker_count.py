@@ -6,7 +6,8 @@
 Each ``NAME=FOLDER`` is a set of recordings with references (``*.stm`` beside ``*.wav``, or ``bench/corpus.py``
 JSON); ``sample`` is the pyannote sample, ``sample:15`` its first 15 s. The segmentation and the embeddings of each
 recording are computed once by the offline default's pipeline and kept in ``bench/results/clustering-cache``; every
-candidate clustering then runs on the same embeddings, so a grid takes seconds. Scores per set: recordings whose
+candidate clustering then runs on the same embeddings, so a grid takes seconds. ``--split-pauses 0.2`` cuts each
+local speaker of a window at its pauses before the embeddings (``split_at_pauses``). Scores per set: recordings whose
 number of speakers is right, too low and too high, and the pooled DER of the pipeline's turns against the reference
 turns (collar 0, overlap scored).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import pickle
 import sys
@@ -33,7 +35,7 @@ from evaluate import Reference, pyannote_sample, read_folder
 from kokoro import wav_bytes
 from metrics import annotation
 from pyannote.audio.pipelines.clustering import BaseClustering
-from pyannote.core import Segment, Timeline
+from pyannote.core import Segment, SlidingWindowFeature, Timeline
 from pyannote.metrics.diarization import DiarizationErrorRate
 from pyannote.pipeline.parameter import Integer, Uniform
 from sklearn.cluster import KMeans
@@ -67,21 +69,31 @@ def _beginning(reference: Reference, seconds: float) -> Reference:
 
 
 class CachedPipeline:
-    """The default pipeline with its segmentation and embeddings computed once per recording."""
+    """The default pipeline with its segmentation and embeddings computed once per recording. With
+    ``split_pauses`` (seconds), each local speaker of a window is cut at its pauses of that length into speakers of
+    their own before the embeddings (a candidate for voices that the segmentation puts in one track)."""
 
-    def __init__(self, single_pass: bool = True) -> None:
+    def __init__(self, single_pass: bool = True, split_pauses: float | None = None) -> None:
         settings = ModelSettings()
         self.pipeline = load_pipeline(settings.diarization_model, settings.token, torch.device("cpu"), single_pass)
         config = yaml.safe_load(Path(settings.diarization_model, "config.yaml").read_text())
         del config["pipeline"]["params"]["clustering"], config["params"]["clustering"]  # not what is cached
         if not single_pass:
             config["single_pass"] = False
+        if split_pauses:
+            config["split_pauses"] = split_pauses
         key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
         self.folder = CACHE / key
         self.folder.mkdir(parents=True, exist_ok=True)
         self._segmentations = self.pipeline.get_segmentations
         self._embeddings = self.pipeline.get_embeddings
         self.pipeline.get_segmentations = self._cached("segmentations", self._segmentations)
+        if split_pauses:
+            frames = round(split_pauses / self.pipeline._segmentation.model.receptive_field.step)
+            segmentations = self.pipeline.get_segmentations
+            self.pipeline.get_segmentations = lambda file, **kwargs: split_at_pauses(
+                segmentations(file, **kwargs), frames
+            )
         self.pipeline.get_embeddings = self._cached("embeddings", self._embeddings)
 
     def _cached(self, what: str, compute: Callable) -> Callable:
@@ -100,6 +112,27 @@ class CachedPipeline:
             self.pipeline.clustering = clustering
         audio = {"waveform": torch.from_numpy(waveform)[None], "sample_rate": SAMPLE_RATE, "uri": uri}
         return self.pipeline(audio, **hints).speaker_diarization
+
+
+def split_at_pauses(segmentations: SlidingWindowFeature, frames: int) -> SlidingWindowFeature:
+    """Each local speaker's activity in each window cut where it pauses for more than ``frames``: one column per
+    run (the frame-wise sum, and so the speaker count, is unchanged)."""
+    data = np.nan_to_num(segmentations.data)
+    windows = []
+    for window in data:
+        columns = []
+        for activity in window.T:
+            active = np.flatnonzero(activity > 0)
+            for run in np.split(active, np.flatnonzero(np.diff(active) > frames) + 1) if len(active) else []:
+                column = np.zeros_like(activity)
+                column[run[0] : run[-1] + 1] = activity[run[0] : run[-1] + 1]
+                columns.append(column)
+        windows.append(columns)
+    split = np.zeros((*data.shape[:2], max(1, *(len(columns) for columns in windows))), dtype=data.dtype)
+    for i, columns in enumerate(windows):
+        for k, column in enumerate(columns):
+            split[i, :, k] = column
+    return SlidingWindowFeature(split, segmentations.sliding_window)
 
 
 @dataclass
@@ -144,8 +177,9 @@ def main() -> None:
     parser.add_argument("--grid", action="store_true", help="every candidate, not only the default and the former")
     parser.add_argument("--oracle", action="store_true", help="give each recording its true number of speakers")
     parser.add_argument("--per-window", action="store_true", help="CAM++ per window, as pyannote (not single pass)")
+    parser.add_argument("--split-pauses", type=float, metavar="SECONDS", help="cut local speakers at such pauses")
     args = parser.parse_args()
-    pipeline = CachedPipeline(single_pass=not args.per_window)
+    pipeline = CachedPipeline(single_pass=not args.per_window, split_pauses=args.split_pauses)
     sets = [read_set(spec) for spec in args.sets]
     for label, clustering in candidates(pipeline.pipeline.clustering, args.grid):
         print(label)
@@ -156,12 +190,17 @@ def main() -> None:
 def candidates(default, grid: bool):
     """The offline default and, with ``grid``, the clusterings it was chosen from: pyannote's agglomerative
     clustering as the bundle had it until 2026-12-06 (every small cluster merged: ``keep_distance`` 2), small
-    clusters kept as voices of their own beyond other distances, and 3D-Speaker's spectral clustering."""
+    clusters kept as voices of their own beyond other distances, higher thresholds, and 3D-Speaker's spectral
+    clustering."""
     yield "offline default (.bundle config.yaml)", default
     for keep in (0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 2.0) if grid else ():
         clustering = SpeakerClustering()
         clustering.instantiate({"threshold": 0.6, "min_cluster_size": 12, "keep_distance": keep})
         yield f"centroid linkage, threshold 0.6, min size 12, keep small clusters beyond {keep}", clustering
+    for threshold, keep in itertools.product((0.7, 0.8), (0.4, 0.6)) if grid else ():
+        clustering = SpeakerClustering()
+        clustering.instantiate({"threshold": threshold, "min_cluster_size": 12, "keep_distance": keep})
+        yield f"centroid linkage, threshold {threshold}, min size 12, keep small clusters beyond {keep}", clustering
     for pruning in (0.012, 0.05, 0.1, 0.2) if grid else ():
         for neighbours in (4, 6, 10):
             for merge in (0.6, 0.7, 0.8):
