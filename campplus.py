@@ -110,17 +110,35 @@ class CAMPPlusEmbedding(Model):
         ``waveform``: (1, samples); ``weights``: (windows, speakers, frames) per-frame speaker weights of each window.
         Returns (windows, speakers, dimension). ``progress(completed, total)`` follows the tile batches.
         """
+        frames = self.frames_for(starts, duration)
+        features = self.recording_features(waveform[0], frames, batch_size, progress)
+        return self.embed_windows(features, starts, duration, weights, batch_size)
+
+    def frames_for(self, starts: np.ndarray, duration: float) -> int:
+        """Feature frames that windows of ``duration`` seconds starting at ``starts`` reach."""
+        return int(_first_frames(starts)[-1]) + self.num_frames(round(duration * self.hparams.sample_rate))
+
+    @torch.inference_mode()
+    def embed_windows(
+        self, features: torch.Tensor, starts: np.ndarray, duration: float, weights: np.ndarray, batch_size: int = 32
+    ) -> np.ndarray:
+        """``embed_recording`` on the recording's ``recording_features``."""
         window_frames = self.num_frames(round(duration * self.hparams.sample_rate))
-        first_frames = np.round(np.asarray(starts) / FRAME_SECONDS).astype(int)
-        features = self.recording_features(waveform[0], int(first_frames[-1]) + window_frames, batch_size, progress)
         weights = torch.from_numpy(weights)
         embeddings = []
+        first_frames = _first_frames(starts)
         for batch in range(0, len(first_frames), batch_size):
             frames = torch.stack([features[:, f : f + window_frames] for f in first_frames[batch : batch + batch_size]])
-            stats = self.pooling(frames, weights=weights[batch : batch + batch_size].to(frames.device))
-            embeddings.append(self.campplus.xvector.dense(stats.flatten(0, 1)).unflatten(0, stats.shape[:2]))
+            embeddings.append(self.pool(frames, weights[batch : batch + batch_size].to(frames.device)))
         return torch.cat(embeddings).cpu().numpy()
 
+    def pool(self, frames: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """(batch, channels, frames) trunk features and (batch, speakers, frames) weights -> (batch, speakers,
+        dimension) embeddings."""
+        stats = self.pooling(frames, weights=weights)
+        return self.campplus.xvector.dense(stats.flatten(0, 1)).unflatten(0, stats.shape[:2])
+
+    @torch.inference_mode()
     def recording_features(
         self,
         waveform: torch.Tensor,
@@ -163,3 +181,8 @@ class CAMPPlusEmbedding(Model):
                 return x
             x = layer(x)
         raise RuntimeError("CAM++ has no statistics pooling layer")
+
+
+def _first_frames(starts: np.ndarray) -> np.ndarray:
+    """The feature frame at which each window starting at ``starts`` (seconds) begins."""
+    return np.round(np.asarray(starts) / FRAME_SECONDS).astype(int)

@@ -18,8 +18,12 @@ from pyannote.core import SlidingWindowFeature
 from audio import SAMPLE_RATE
 from errors import ModelLoadError
 from formats import ends_sentence
+from resegmentation import Resegmentation
 from speaker_clustering import SpeakerClustering
 from speaker_confidence import SpeakerEvidence, speaker_evidence
+
+FEATURES = "campplus_features"
+"""Where the single pass leaves the recording's CAM++ features in pyannote's ``file``."""
 
 Progress = Callable[[str, int, int], None]
 """Progress hook: ``(stage, completed, total)``, called as work is done."""
@@ -41,14 +45,16 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
     ``plda=None`` is allowed with any clustering but ``VBxClustering``, which needs a trained PLDA.
     ``clustering``: one of pyannote's, or ``SpeakerClustering`` (``speaker_clustering``; the offline default's).
     With ``single_pass`` set (CAM++ only, see ``load_pipeline``), the embedding network runs once over the
-    recording instead of once per window (``CAMPPlusEmbedding.embed_recording``).
+    recording instead of once per window (``CAMPPlusEmbedding.embed_recording``); with ``resegment`` as well, its
+    features then correct who speaks when (``resegmentation.Resegmentation``).
     """
 
     single_pass = False
 
-    def __init__(self, *, plda=None, clustering: str = "AgglomerativeClustering", **kwargs):
+    def __init__(self, *, plda=None, clustering: str = "AgglomerativeClustering", resegment: bool = False, **kwargs):
         if plda is None and clustering == "VBxClustering":
             raise ValueError("VBxClustering needs a PLDA")
+        self.resegmentation = Resegmentation() if resegment else None
         ours = clustering == SpeakerClustering.__name__
         plda = NoPLDA() if plda is None else plda
         super().__init__(plda=plda, clustering="AgglomerativeClustering" if ours else clustering, **kwargs)
@@ -59,6 +65,21 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
     @property
     def embedding_model(self) -> torch.nn.Module | None:
         return getattr(self._embedding, "model_", None)
+
+    def apply(self, file, *args, **kwargs):
+        """pyannote's diarization, then the resegmentation on the features the single pass left in ``file``."""
+        output = super().apply(file, *args, **kwargs)
+        features = file.get(FEATURES)
+        if self.resegmentation is None or features is None or getattr(output, "speaker_embeddings", None) is None:
+            return output
+        output.speaker_diarization, output.exclusive_speaker_diarization = self.resegmentation(
+            self.embedding_model,
+            features,
+            output.speaker_diarization,
+            output.exclusive_speaker_diarization,
+            output.speaker_embeddings,
+        )
+        return output
 
     def get_embeddings(
         self,
@@ -88,14 +109,11 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
             if hook is not None:
                 hook("embeddings", None, total=total, completed=completed)
 
-        return model.embed_recording(
-            waveform.to(model.device),
-            starts,
-            window.duration,
-            masks.transpose(0, 2, 1).copy(),
-            batch_size=self.embedding_batch_size,
-            progress=progress,
-        )
+        frames = max(model.frames_for(starts, window.duration), model.num_frames(waveform.shape[-1]))
+        features = model.recording_features(waveform[0].to(model.device), frames, self.embedding_batch_size, progress)
+        file[FEATURES] = features  # for the resegmentation, after the clustering
+        weights = masks.transpose(0, 2, 1).copy()
+        return model.embed_windows(features, starts, window.duration, weights, self.embedding_batch_size)
 
 
 @dataclass(frozen=True)

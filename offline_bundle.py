@@ -93,6 +93,7 @@ DIARIZATION_PIPELINE_CONFIG = {
             "embedding_exclude_overlap": True,
             "segmentation_batch_size": 32,
             "embedding_batch_size": 12,
+            "resegment": True,
         },
     },
     "params": {

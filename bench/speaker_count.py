@@ -7,9 +7,10 @@ Each ``NAME=FOLDER`` is a set of recordings with references (``*.stm`` beside ``
 JSON); ``sample`` is the pyannote sample, ``sample:15`` its first 15 s. The segmentation and the embeddings of each
 recording are computed once by the offline default's pipeline and kept in ``bench/results/clustering-cache``; every
 candidate clustering then runs on the same embeddings, so a grid takes seconds. ``--split-pauses 0.2`` cuts each
-local speaker of a window at its pauses before the embeddings (``split_at_pauses``). Scores per set: recordings whose
-number of speakers is right, too low and too high, and the pooled DER of the pipeline's turns against the reference
-turns (collar 0, overlap scored).
+local speaker of a window at its pauses before the embeddings (``split_at_pauses``); ``--resegment-grid`` scores
+settings of the resegmentation (``resegmentation.Resegmentation``) after the default clustering. Scores per set:
+recordings whose number of speakers is right, too low and too high, and the pooled DER of the pipeline's turns
+against the reference turns (collar 0, overlap scored).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from sklearn.cluster import KMeans
 
 from audio import SAMPLE_RATE, decode
 from config import ModelSettings
-from diarization_utils import load_pipeline
+from diarization_utils import FEATURES, load_pipeline
+from resegmentation import Resegmentation
 from speaker_clustering import SpeakerClustering, centroids
 
 CACHE = Path(__file__).resolve().parent / "results" / "clustering-cache"
@@ -69,7 +71,8 @@ def _beginning(reference: Reference, seconds: float) -> Reference:
 
 
 class CachedPipeline:
-    """The default pipeline with its segmentation and embeddings computed once per recording. With
+    """The default pipeline with its segmentation and embeddings computed once per recording (with the
+    resegmentation on, the embeddings once per run: its CAM++ features are kept in memory, not on disk). With
     ``split_pauses`` (seconds), each local speaker of a window is cut at its pauses of that length into speakers of
     their own before the embeddings (a candidate for voices that the segmentation puts in one track)."""
 
@@ -78,6 +81,7 @@ class CachedPipeline:
         self.pipeline = load_pipeline(settings.diarization_model, settings.token, torch.device("cpu"), single_pass)
         config = yaml.safe_load(Path(settings.diarization_model, "config.yaml").read_text())
         del config["pipeline"]["params"]["clustering"], config["params"]["clustering"]  # not what is cached
+        config["pipeline"]["params"].pop("resegment", None)
         if not single_pass:
             config["single_pass"] = False
         if split_pauses:
@@ -94,7 +98,18 @@ class CachedPipeline:
             self.pipeline.get_segmentations = lambda file, **kwargs: split_at_pauses(
                 segmentations(file, **kwargs), frames
             )
+        self._features: dict[str, tuple] = {}
         self.pipeline.get_embeddings = self._cached("embeddings", self._embeddings)
+        if single_pass and self.pipeline.resegmentation is not None:
+            self.pipeline.get_embeddings = self._with_features
+
+    def _with_features(self, file, *args, **kwargs):
+        uri = file["uri"]
+        if uri not in self._features:
+            embeddings = self._embeddings(file, *args, **kwargs)
+            self._features[uri] = (embeddings, file[FEATURES])
+        embeddings, file[FEATURES] = self._features[uri]
+        return embeddings
 
     def _cached(self, what: str, compute: Callable) -> Callable:
         def get(file, *args, **kwargs):
@@ -178,13 +193,26 @@ def main() -> None:
     parser.add_argument("--oracle", action="store_true", help="give each recording its true number of speakers")
     parser.add_argument("--per-window", action="store_true", help="CAM++ per window, as pyannote (not single pass)")
     parser.add_argument("--split-pauses", type=float, metavar="SECONDS", help="cut local speakers at such pauses")
+    parser.add_argument("--resegment-grid", action="store_true", help="resegmentation settings, default clustering")
     args = parser.parse_args()
     pipeline = CachedPipeline(single_pass=not args.per_window, split_pauses=args.split_pauses)
     sets = [read_set(spec) for spec in args.sets]
-    for label, clustering in candidates(pipeline.pipeline.clustering, args.grid):
+    default = pipeline.pipeline.clustering
+    runs = resegmentations(default) if args.resegment_grid else candidates(default, args.grid)
+    for label, clustering, *resegmentation in runs:
+        if resegmentation:
+            pipeline.pipeline.resegmentation = resegmentation[0]
         print(label)
         for name, references in sets:
             print(f"  {name:12s} {score(pipeline, name, references, clustering, args.verbose, args.oracle).line()}")
+
+
+def resegmentations(clustering):
+    """The default clustering without resegmentation, then with each resegmentation setting."""
+    yield "no resegmentation", clustering, None
+    for window, margin, min_run, rounds in itertools.product((1.0, 1.5), (0.1, 0.2, 0.3), (0.3, 1.0), (1, 3)):
+        resegmentation = Resegmentation(window=window, margin=margin, min_run=min_run, rounds=rounds)
+        yield f"{resegmentation}", clustering, resegmentation
 
 
 def candidates(default, grid: bool):

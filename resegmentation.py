@@ -1,0 +1,127 @@
+"""Who speaks when, corrected: stretches where one speaker talks go to the speaker whose voice they sound like.
+
+pyannote's segmentation follows up to three local speakers per 10 s window, and the clustering labels each local
+speaker as a whole. When two voices alternate quickly, the segmentation may keep them in one local speaker, and
+the clustering then gives both voices' turns to one speaker (and that speaker's centroid is a blend of the two).
+Here CAM++ embeddings of short sliding windows over the single-speaker frames are matched to the speakers'
+centroids, which are first refined on those windows (k-means started from the clustering's centroids, as in
+resegmentation with a variational Bayes HMM); a stretch whose windows match another speaker better by ``margin``,
+and for ``min_run`` seconds at least, changes speaker. Overlapped speech and the number of speakers are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from pyannote.core import Annotation, Segment
+
+from campplus import FRAME_SECONDS, CAMPPlusEmbedding
+
+
+@dataclass(frozen=True)
+class Resegmentation:
+    """``window`` and ``hop`` of the sliding embeddings (seconds); ``rounds`` of centroid refinement; ``margin``:
+    how much better (cosine) another speaker must match; ``min_run``: the shortest stretch that changes speaker.
+    Chosen with ``bench/speaker_count.py --resegment-grid`` on ami-dev and the Kokoro tune set."""
+
+    window: float = 1.0
+    hop: float = 0.24
+    rounds: int = 3
+    margin: float = 0.2
+    min_run: float = 0.3
+
+    def __call__(
+        self,
+        model: CAMPPlusEmbedding,
+        features: torch.Tensor,
+        diarization: Annotation,
+        exclusive: Annotation,
+        centroids: np.ndarray,
+    ) -> tuple[Annotation, Annotation]:
+        """``diarization`` and ``exclusive`` (pyannote's outputs, labels in the order of ``centroids``' rows) with
+        single-speaker stretches moved to the speaker they sound like; ``features``: the recording's CAM++ trunk
+        features (``CAMPPlusEmbedding.recording_features``)."""
+        labels = list(diarization.labels())
+        if len(labels) < 2:
+            return diarization, exclusive
+        active = _active_frames(diarization, labels, features.shape[-1])
+        single = active.sum(axis=1) == 1
+        current = np.where(single, active.argmax(axis=1), -1)
+        scores = self._scores(model, features, single, centroids[: len(labels)])
+        if scores is None:
+            return diarization, exclusive
+        best = scores.argmax(axis=1)
+        rows = np.arange(len(best))
+        gain = scores[rows, best] - scores[rows, np.maximum(current, 0)]
+        moved = single & ~np.isnan(gain) & (gain > self.margin) & (best != current)
+        for run in _runs(moved, best):
+            if (run.stop - run.start) * FRAME_SECONDS < self.min_run:
+                moved[run] = False
+        kept = {int(k) for k in current[single & ~moved]} | {k for k in range(len(labels)) if active[~single, k].any()}
+        for k in range(len(labels)):  # a speaker is never emptied: the number of speakers stays the clustering's
+            if k not in kept:
+                moved[current == k] = False
+        for run in _runs(moved, best):
+            segment = Segment(run.start * FRAME_SECONDS, run.stop * FRAME_SECONDS)
+            label = labels[int(best[run.start])]
+            diarization, exclusive = (_moved(annotation, segment, label) for annotation in (diarization, exclusive))
+        return diarization, exclusive
+
+    def _scores(
+        self, model: CAMPPlusEmbedding, features: torch.Tensor, single: np.ndarray, centroids: np.ndarray
+    ) -> np.ndarray | None:
+        """(frames, speakers): the mean cosine between the refined centroids and the sliding windows over each frame
+        (NaN where no window is); ``None`` when no window has enough single-speaker frames."""
+        width, hop = round(self.window / FRAME_SECONDS), round(self.hop / FRAME_SECONDS)
+        starts = [s for s in range(0, max(1, len(single) - width + 1), hop) if 2 * single[s : s + width].sum() >= width]
+        if not starts:
+            return None
+        weights = torch.from_numpy(np.stack([single[s : s + width] for s in starts]).astype(np.float32))[:, None]
+        frames = torch.stack([features[:, s : s + width] for s in starts])
+        with torch.inference_mode():
+            embeddings = model.pool(frames, weights.to(frames.device))[:, 0].cpu().numpy()
+        embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+        norms = np.linalg.norm(centroids, axis=1, keepdims=True)
+        means = np.divide(centroids, norms, out=np.zeros_like(centroids, dtype=float), where=norms > 0)
+        for _ in range(self.rounds):
+            nearest = (embeddings @ means.T).argmax(axis=1)
+            for k in range(len(means)):
+                if (nearest == k).sum() >= 4:
+                    mean = embeddings[nearest == k].mean(axis=0)
+                    means[k] = mean / np.linalg.norm(mean)
+        total = np.zeros((len(single), len(means)))
+        count = np.zeros(len(single))
+        for start, row in zip(starts, embeddings @ means.T, strict=True):
+            total[start : start + width] += row
+            count[start : start + width] += 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return total / count[:, None]
+
+
+def _active_frames(annotation: Annotation, labels: list[str], frames: int) -> np.ndarray:
+    """(frames, speakers) booleans: who speaks in each feature frame."""
+    active = np.zeros((frames, len(labels)), dtype=bool)
+    for segment, _, label in annotation.itertracks(yield_label=True):
+        active[round(segment.start / FRAME_SECONDS) : round(segment.end / FRAME_SECONDS), labels.index(label)] = True
+    return active
+
+
+def _runs(mask: np.ndarray, values: np.ndarray) -> list[slice]:
+    """Maximal stretches of frames where ``mask`` holds and ``values`` stays the same."""
+    runs, start = [], None
+    for i in range(len(mask) + 1):
+        if start is not None and (i == len(mask) or not mask[i] or values[i] != values[start]):
+            runs.append(slice(start, i))
+            start = None
+        if start is None and i < len(mask) and mask[i]:
+            start = i
+    return runs
+
+
+def _moved(annotation: Annotation, segment: Segment, label: str) -> Annotation:
+    """``annotation`` with ``segment`` (where one speaker talks) given to ``label``, touching turns joined."""
+    moved = annotation.extrude(segment)
+    moved[segment, "moved"] = label
+    return moved.support()
