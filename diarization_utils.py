@@ -69,7 +69,7 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
     def apply(self, file, *args, **kwargs):
         """pyannote's diarization, then the resegmentation on the features the single pass left in ``file``."""
         output = super().apply(file, *args, **kwargs)
-        features = file.get(FEATURES)
+        features = file.pop(FEATURES, None)
         if self.resegmentation is None or features is None or getattr(output, "speaker_embeddings", None) is None:
             return output
         output.speaker_diarization, output.exclusive_speaker_diarization = self.resegmentation(

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pyannote.core import Annotation, Segment
+from pyannote.core import Annotation, Segment, Timeline
 
 from campplus import FRAME_SECONDS, CAMPPlusEmbedding
+
+_BATCH = 256
+"""Sliding windows pooled at once (256 x 1 s of 512-channel frames: about 26 MB)."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,11 @@ class Resegmentation:
         for k in range(len(labels)):  # a speaker is never emptied: the number of speakers stays the clustering's
             if k not in kept:
                 moved[current == k] = False
-        for run in _runs(moved, best):
-            segment = Segment(run.start * FRAME_SECONDS, run.stop * FRAME_SECONDS)
-            label = labels[int(best[run.start])]
-            diarization, exclusive = (_moved(annotation, segment, label) for annotation in (diarization, exclusive))
-        return diarization, exclusive
+        runs = [
+            (Segment(run.start * FRAME_SECONDS, run.stop * FRAME_SECONDS), labels[int(best[run.start])])
+            for run in _runs(moved, best)
+        ]
+        return _moved(diarization, runs), _moved(exclusive, runs)
 
     def _scores(
         self, model: CAMPPlusEmbedding, features: torch.Tensor, single: np.ndarray, centroids: np.ndarray
@@ -78,10 +81,14 @@ class Resegmentation:
         starts = [s for s in range(0, max(1, len(single) - width + 1), hop) if 2 * single[s : s + width].sum() >= width]
         if not starts:
             return None
-        weights = torch.from_numpy(np.stack([single[s : s + width] for s in starts]).astype(np.float32))[:, None]
-        frames = torch.stack([features[:, s : s + width] for s in starts])
+        embeddings = []
         with torch.inference_mode():
-            embeddings = model.pool(frames, weights.to(frames.device))[:, 0].cpu().numpy()
+            for batch in range(0, len(starts), _BATCH):
+                batch_starts = starts[batch : batch + _BATCH]
+                frames = torch.stack([features[:, s : s + width] for s in batch_starts])
+                weights = torch.from_numpy(np.stack([single[s : s + width] for s in batch_starts]).astype(np.float32))
+                embeddings.append(model.pool(frames, weights[:, None].to(frames.device))[:, 0].cpu().numpy())
+        embeddings = np.concatenate(embeddings)
         embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
         norms = np.linalg.norm(centroids, axis=1, keepdims=True)
         means = np.divide(centroids, norms, out=np.zeros_like(centroids, dtype=float), where=norms > 0)
@@ -120,8 +127,12 @@ def _runs(mask: np.ndarray, values: np.ndarray) -> list[slice]:
     return runs
 
 
-def _moved(annotation: Annotation, segment: Segment, label: str) -> Annotation:
-    """``annotation`` with ``segment`` (where one speaker talks) given to ``label``, touching turns joined."""
-    moved = annotation.extrude(segment)
-    moved[segment, "moved"] = label
+def _moved(annotation: Annotation, runs: list[tuple[Segment, str]]) -> Annotation:
+    """``annotation`` with each segment of ``runs`` (where one speaker talks) given to its label, touching turns
+    joined."""
+    if not runs:
+        return annotation
+    moved = annotation.extrude(Timeline([segment for segment, _ in runs]))
+    for i, (segment, label) in enumerate(runs):
+        moved[segment, f"moved{i}"] = label
     return moved.support()
