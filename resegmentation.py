@@ -26,14 +26,17 @@ _BATCH = 256
 @dataclass(frozen=True)
 class Resegmentation:
     """``window`` and ``hop`` of the sliding embeddings (seconds); ``rounds`` of centroid refinement; ``margin``:
-    how much better (cosine) another speaker must match; ``min_run``: the shortest stretch that changes speaker.
-    Chosen with ``bench/speaker_count.py --resegment-grid`` on ami-dev and the Kokoro tune set."""
+    how much better (cosine) another speaker must match; ``min_run``: the shortest stretch that changes speaker;
+    ``min_speech``: the single-speaker seconds a speaker needs to be given stretches (a small cluster's centroid is
+    not trusted to take more). Chosen with ``bench/speaker_count.py --resegment-grid`` on ami-dev and the Kokoro
+    tune set."""
 
     window: float = 1.0
     hop: float = 0.24
     rounds: int = 3
     margin: float = 0.2
     min_run: float = 0.3
+    min_speech: float = 2.0
 
     def __call__(
         self,
@@ -55,10 +58,13 @@ class Resegmentation:
         scores = self._scores(model, features, single, centroids[: len(labels)])
         if scores is None:
             return diarization, exclusive
-        best = scores.argmax(axis=1)
+        heard = np.bincount(current[single], minlength=len(labels)) * FRAME_SECONDS
+        receivers = np.where(heard >= self.min_speech, scores, -np.inf)  # too little speech to trust a centroid
+        best = receivers.argmax(axis=1)
         rows = np.arange(len(best))
         gain = scores[rows, best] - scores[rows, np.maximum(current, 0)]
-        moved = single & ~np.isnan(gain) & (gain > self.margin) & (best != current)
+        moved = single & np.isfinite(receivers[rows, best]) & ~np.isnan(gain) & (gain > self.margin)
+        moved &= best != current
         for run in _runs(moved, best):
             if (run.stop - run.start) * FRAME_SECONDS < self.min_run:
                 moved[run] = False

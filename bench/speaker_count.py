@@ -213,6 +213,9 @@ def resegmentations(clustering):
     for window, margin, min_run, rounds in itertools.product((1.0, 1.5), (0.1, 0.2, 0.3), (0.3, 1.0), (1, 3)):
         resegmentation = Resegmentation(window=window, margin=margin, min_run=min_run, rounds=rounds)
         yield f"{resegmentation}", clustering, resegmentation
+    for min_speech in (0.0, 1.0, 4.0):
+        resegmentation = Resegmentation(min_speech=min_speech)
+        yield f"{resegmentation}", clustering, resegmentation
 
 
 def candidates(default, grid: bool):
