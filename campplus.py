@@ -43,6 +43,8 @@ TILE_MARGIN_SECONDS = 1.0
 class CAMPPlusEmbedding(Model):
     """CAM++ embedding model: 80-bin Kaldi fbank (mean-normalised), CAM++ trunk, weighted statistics pooling."""
 
+    frame_seconds = FRAME_SECONDS
+
     def __init__(
         self,
         sample_rate: int = 16000,

@@ -12,12 +12,14 @@ and for ``min_run`` seconds at least, changes speaker. Overlapped speech and the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from pyannote.core import Annotation, Segment, Timeline
 
-from campplus import FRAME_SECONDS, CAMPPlusEmbedding
+if TYPE_CHECKING:  # CAM++ (speakerlab) is imported only by a pipeline that uses it
+    from campplus import CAMPPlusEmbedding
 
 _BATCH = 256
 """Sliding windows pooled at once (256 x 1 s of 512-channel frames: about 26 MB)."""
@@ -52,13 +54,14 @@ class Resegmentation:
         labels = list(diarization.labels())
         if len(labels) < 2:
             return diarization, exclusive
-        active = _active_frames(diarization, labels, features.shape[-1])
+        frame = model.frame_seconds
+        active = _active_frames(diarization, labels, features.shape[-1], frame)
         single = active.sum(axis=1) == 1
         current = np.where(single, active.argmax(axis=1), -1)
         scores = self._scores(model, features, single, centroids[: len(labels)])
         if scores is None:
             return diarization, exclusive
-        heard = np.bincount(current[single], minlength=len(labels)) * FRAME_SECONDS
+        heard = np.bincount(current[single], minlength=len(labels)) * frame
         receivers = np.where(heard >= self.min_speech, scores, -np.inf)  # too little speech to trust a centroid
         best = receivers.argmax(axis=1)
         rows = np.arange(len(best))
@@ -66,15 +69,14 @@ class Resegmentation:
         moved = single & np.isfinite(receivers[rows, best]) & ~np.isnan(gain) & (gain > self.margin)
         moved &= best != current
         for run in _runs(moved, best):
-            if (run.stop - run.start) * FRAME_SECONDS < self.min_run:
+            if (run.stop - run.start) * frame < self.min_run:
                 moved[run] = False
         kept = {int(k) for k in current[single & ~moved]} | {k for k in range(len(labels)) if active[~single, k].any()}
         for k in range(len(labels)):  # a speaker is never emptied: the number of speakers stays the clustering's
             if k not in kept:
                 moved[current == k] = False
         runs = [
-            (Segment(run.start * FRAME_SECONDS, run.stop * FRAME_SECONDS), labels[int(best[run.start])])
-            for run in _runs(moved, best)
+            (Segment(run.start * frame, run.stop * frame), labels[int(best[run.start])]) for run in _runs(moved, best)
         ]
         return _moved(diarization, runs), _moved(exclusive, runs)
 
@@ -83,7 +85,7 @@ class Resegmentation:
     ) -> np.ndarray | None:
         """(frames, speakers): the mean cosine between the refined centroids and the sliding windows over each frame
         (NaN where no window is); ``None`` when no window has enough single-speaker frames."""
-        width, hop = round(self.window / FRAME_SECONDS), round(self.hop / FRAME_SECONDS)
+        width, hop = round(self.window / model.frame_seconds), round(self.hop / model.frame_seconds)
         starts = [s for s in range(0, max(1, len(single) - width + 1), hop) if 2 * single[s : s + width].sum() >= width]
         if not starts:
             return None
@@ -113,11 +115,11 @@ class Resegmentation:
             return total / count[:, None]
 
 
-def _active_frames(annotation: Annotation, labels: list[str], frames: int) -> np.ndarray:
+def _active_frames(annotation: Annotation, labels: list[str], frames: int, frame: float) -> np.ndarray:
     """(frames, speakers) booleans: who speaks in each feature frame."""
     active = np.zeros((frames, len(labels)), dtype=bool)
     for segment, _, label in annotation.itertracks(yield_label=True):
-        active[round(segment.start / FRAME_SECONDS) : round(segment.end / FRAME_SECONDS), labels.index(label)] = True
+        active[round(segment.start / frame) : round(segment.end / frame), labels.index(label)] = True
     return active
 
 
