@@ -187,11 +187,11 @@ def _has_word(text: str) -> bool:
     return any(character.isalnum() for character in text)
 
 
-def _sentences(segment: Segment, spaced: bool) -> list[Segment]:
-    """``segment`` (a window decoded without timestamp tokens) cut after each word that ends a sentence, each part
+def _sentences(words: Sequence[Chunk], spaced: bool) -> list[Segment]:
+    """``words`` (of a window decoded without timestamp tokens) cut after each word that ends a sentence, each part
     timed by its words."""
     parts: list[list[Chunk]] = [[]]
-    for word in segment.words:
+    for word in words:
         parts[-1].append(word)
         if ends_sentence(word.text):
             parts.append([])
@@ -563,7 +563,7 @@ class WhisperTranscriber:
             decoded.append([])
             for segment, times in window_segments:
                 whole = self._segment(window, segment, times, request.spaced)
-                parts = [whole] if self.timestamps else _sentences(whole, request.spaced)
+                parts = [whole] if self.timestamps else _sentences(whole.words, request.spaced)
                 decoded[-1] += [part for part in parts if _has_word(part.chunk.text)]
                 if _has_word(whole.chunk.text):
                     heard += [token for token in segment["tokens"].tolist() if token < self._end_of_text]
@@ -601,12 +601,10 @@ class WhisperTranscriber:
         merged = {i: list(found[i].words) for i in owners}
         for i, hole_segments in zip(owners, filled.segments, strict=True):
             merged[i] += [word for segment in hole_segments for word in segment.words]
-        joiner = " " if request.spaced else ""
         segments = list(decoded.segments)
         for i, window_words in merged.items():
             window_words.sort(key=lambda word: word.start)
-            whole = Segment(Chunk(joiner.join(word.text for word in window_words), None, None), window_words)
-            segments[i] = [part for part in _sentences(whole, request.spaced) if _has_word(part.chunk.text)]
+            segments[i] = [part for part in _sentences(window_words, request.spaced) if _has_word(part.chunk.text)]
         return _Decoded(segments, decoded.heard + filled.heard, decoded.fell_back or filled.fell_back)
 
     def _search_beams(

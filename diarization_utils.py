@@ -13,7 +13,7 @@ import torch
 from pyannote.audio import Pipeline
 from pyannote.audio.core.plda import PLDA
 from pyannote.audio.pipelines import SpeakerDiarization as PyannoteSpeakerDiarization
-from pyannote.core import SlidingWindowFeature
+from pyannote.core import Segment, SlidingWindowFeature, Timeline
 
 from audio import SAMPLE_RATE
 from errors import ModelLoadError
@@ -358,13 +358,8 @@ def _with_unheard(
     for speaker, regions in spans.items():
         if speaker in heard or sum(end - start for start, end in regions) < _MIN_UNHEARD_S:
             continue
-        merged: list[list[float]] = []
-        for start, end in sorted(regions):
-            if merged and start <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
-        unheard += [SpeakerSegment(speaker, "", start, end) for start, end in merged]
+        speech = Timeline([Segment(start, end) for start, end in regions]).support()
+        unheard += [SpeakerSegment(speaker, "", segment.start, segment.end) for segment in speech]
     return sorted(segments + unheard, key=lambda segment: segment.start) if unheard else segments
 
 

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from pyannote.core import Annotation, Segment, Timeline
 
+from speaker_clustering import centroid
+
 if TYPE_CHECKING:  # CAM++ (speakerlab) is imported only by a pipeline that uses it
     from campplus import CAMPPlusEmbedding
 
@@ -104,8 +106,7 @@ class Resegmentation:
             nearest = (embeddings @ means.T).argmax(axis=1)
             for k in range(len(means)):
                 if (nearest == k).sum() >= 4:
-                    mean = embeddings[nearest == k].mean(axis=0)
-                    means[k] = mean / np.linalg.norm(mean)
+                    means[k] = centroid(embeddings[nearest == k])
         total = np.zeros((len(single), len(means)))
         count = np.zeros(len(single))
         for start, row in zip(starts, embeddings @ means.T, strict=True):
