@@ -18,6 +18,7 @@ from pyannote.core import Segment, SlidingWindowFeature, Timeline
 from audio import SAMPLE_RATE
 from errors import ModelLoadError
 from formats import ends_sentence
+from missed_speakers import MissedSpeakers
 from resegmentation import Resegmentation
 from speaker_clustering import SpeakerClustering
 from speaker_confidence import SpeakerEvidence, speaker_evidence
@@ -46,15 +47,26 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
     ``clustering``: one of pyannote's, or ``SpeakerClustering`` (``speaker_clustering``; the offline default's).
     With ``single_pass`` set (CAM++ only, see ``load_pipeline``), the embedding network runs once over the
     recording instead of once per window (``CAMPPlusEmbedding.embed_recording``); with ``resegment`` as well, its
-    features then correct who speaks when (``resegmentation.Resegmentation``).
+    features then correct who speaks when (``resegmentation.Resegmentation``), and with ``missed_speakers`` they
+    first add the voices the clustering missed (``missed_speakers.MissedSpeakers``; not when ``num_speakers`` is
+    given, and up to ``max_speakers``).
     """
 
     single_pass = False
 
-    def __init__(self, *, plda=None, clustering: str = "AgglomerativeClustering", resegment: bool = False, **kwargs):
+    def __init__(
+        self,
+        *,
+        plda=None,
+        clustering: str = "AgglomerativeClustering",
+        resegment: bool = False,
+        missed_speakers: bool = False,
+        **kwargs,
+    ):
         if plda is None and clustering == "VBxClustering":
             raise ValueError("VBxClustering needs a PLDA")
         self.resegmentation = Resegmentation() if resegment else None
+        self.missed_speakers = MissedSpeakers() if missed_speakers else None
         ours = clustering == SpeakerClustering.__name__
         plda = NoPLDA() if plda is None else plda
         super().__init__(plda=plda, clustering="AgglomerativeClustering" if ours else clustering, **kwargs)
@@ -67,18 +79,25 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
         return getattr(self._embedding, "model_", None)
 
     def apply(self, file, *args, **kwargs):
-        """pyannote's diarization, then the resegmentation on the features the single pass left in ``file``."""
+        """pyannote's diarization, then the missed speakers and the resegmentation on the features the single pass
+        left in ``file``."""
         output = super().apply(file, *args, **kwargs)
         features = file.pop(FEATURES, None)
         if self.resegmentation is None or features is None or getattr(output, "speaker_embeddings", None) is None:
             return output
+        diarization = output.speaker_diarization
+        labels = list(diarization.labels())
+        centroids = output.speaker_embeddings[: len(labels)]
+        if self.missed_speakers is not None and kwargs.get("num_speakers") is None:
+            room = None if kwargs.get("max_speakers") is None else max(0, kwargs["max_speakers"] - len(labels))
+            missed = self.missed_speakers(self.embedding_model, features, diarization, centroids, room)
+            if len(missed):  # scaled like the clustering's centroids
+                labels += _new_labels(labels, len(missed))
+                centroids = np.vstack([centroids, missed * np.linalg.norm(centroids, axis=1).mean()])
         output.speaker_diarization, output.exclusive_speaker_diarization = self.resegmentation(
-            self.embedding_model,
-            features,
-            output.speaker_diarization,
-            output.exclusive_speaker_diarization,
-            output.speaker_embeddings,
+            self.embedding_model, features, diarization, output.exclusive_speaker_diarization, centroids, labels
         )
+        output.speaker_embeddings = centroids[[labels.index(label) for label in output.speaker_diarization.labels()]]
         return output
 
     def get_embeddings(
@@ -114,6 +133,12 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
         file[FEATURES] = features  # for the resegmentation, after the clustering
         weights = masks.transpose(0, 2, 1).copy()
         return model.embed_windows(features, starts, window.duration, weights, self.embedding_batch_size)
+
+
+def _new_labels(labels: list[str], count: int) -> list[str]:
+    """``count`` labels after pyannote's ``SPEAKER_00``, ``SPEAKER_01``... that ``labels`` does not use."""
+    free = (f"SPEAKER_{k:02d}" for k in itertools.count())
+    return list(itertools.islice((label for label in free if label not in labels), count))
 
 
 @dataclass(frozen=True)

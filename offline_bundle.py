@@ -94,6 +94,7 @@ DIARIZATION_PIPELINE_CONFIG = {
             "segmentation_batch_size": 32,
             "embedding_batch_size": 12,
             "resegment": True,
+            "missed_speakers": True,
         },
     },
     "params": {

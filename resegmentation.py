@@ -49,38 +49,42 @@ class Resegmentation:
         diarization: Annotation,
         exclusive: Annotation,
         centroids: np.ndarray,
+        labels: list[str] | None = None,
     ) -> tuple[Annotation, Annotation]:
-        """``diarization`` and ``exclusive`` (pyannote's outputs, labels in the order of ``centroids``' rows) with
-        single-speaker stretches moved to the speaker they sound like; ``features``: the recording's CAM++ trunk
-        features (``CAMPPlusEmbedding.recording_features``)."""
-        labels = list(diarization.labels())
+        """``diarization`` and ``exclusive`` (pyannote's outputs) with single-speaker stretches moved to the speaker
+        they sound like; ``features``: the recording's CAM++ trunk features
+        (``CAMPPlusEmbedding.recording_features``). ``labels``: the speakers of ``centroids``' rows (by default
+        ``diarization``'s labels); a speaker not in ``diarization`` yet (``missed_speakers``) may receive stretches
+        whatever ``min_speech``."""
+        labels = labels or list(diarization.labels())
         if len(labels) < 2:
             return diarization, exclusive
         frame = model.frame_seconds
-        active = _active_frames(diarization, labels, features.shape[-1], frame)
+        active = active_frames(diarization, labels, features.shape[-1], frame)
         single = active.sum(axis=1) == 1
         current = np.where(single, active.argmax(axis=1), -1)
         scores = self._scores(model, features, single, centroids[: len(labels)])
         if scores is None:
             return diarization, exclusive
         heard = np.bincount(current[single], minlength=len(labels)) * frame
-        receivers = np.where(heard >= self.min_speech, scores, -np.inf)  # too little speech to trust a centroid
+        trusted = (heard >= self.min_speech) | ~np.isin(labels, diarization.labels())  # else too little to trust
+        receivers = np.where(trusted, scores, -np.inf)
         best = receivers.argmax(axis=1)
         rows = np.arange(len(best))
         gain = scores[rows, best] - scores[rows, np.maximum(current, 0)]
         moved = single & np.isfinite(receivers[rows, best]) & ~np.isnan(gain) & (gain > self.margin)
         moved &= best != current
-        for run in _runs(moved, best):
+        for run in runs(moved, best):
             if (run.stop - run.start) * frame < self.min_run:
                 moved[run] = False
         kept = {int(k) for k in current[single & ~moved]} | {k for k in range(len(labels)) if active[~single, k].any()}
-        for k in range(len(labels)):  # a speaker is never emptied: the number of speakers stays the clustering's
+        for k in range(len(labels)):  # a speaker is never emptied (one not in the diarization may stay out)
             if k not in kept:
                 moved[current == k] = False
-        runs = [
-            (Segment(run.start * frame, run.stop * frame), labels[int(best[run.start])]) for run in _runs(moved, best)
+        stretches = [
+            (Segment(run.start * frame, run.stop * frame), labels[int(best[run.start])]) for run in runs(moved, best)
         ]
-        return _moved(diarization, runs), _moved(exclusive, runs)
+        return _moved(diarization, stretches), _moved(exclusive, stretches)
 
     def _scores(
         self, model: CAMPPlusEmbedding, features: torch.Tensor, single: np.ndarray, centroids: np.ndarray
@@ -91,15 +95,8 @@ class Resegmentation:
         starts = [s for s in range(0, max(1, len(single) - width + 1), hop) if 2 * single[s : s + width].sum() >= width]
         if not starts:
             return None
-        embeddings = []
-        with torch.inference_mode():
-            for batch in range(0, len(starts), _BATCH):
-                batch_starts = starts[batch : batch + _BATCH]
-                frames = torch.stack([features[:, s : s + width] for s in batch_starts])
-                weights = torch.from_numpy(np.stack([single[s : s + width] for s in batch_starts]).astype(np.float32))
-                embeddings.append(model.pool(frames, weights[:, None].to(frames.device))[:, 0].cpu().numpy())
-        embeddings = np.concatenate(embeddings)
-        embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+        weights = np.stack([single[s : s + width] for s in starts]).astype(np.float32)
+        embeddings = window_embeddings(model, features, starts, width, weights)
         norms = np.linalg.norm(centroids, axis=1, keepdims=True)
         means = np.divide(centroids, norms, out=np.zeros_like(centroids, dtype=float), where=norms > 0)
         for _ in range(self.rounds):
@@ -116,7 +113,26 @@ class Resegmentation:
             return total / count[:, None]
 
 
-def _active_frames(annotation: Annotation, labels: list[str], frames: int, frame: float) -> np.ndarray:
+def window_embeddings(
+    model: CAMPPlusEmbedding, features: torch.Tensor, starts: list[int], width: int, weights: np.ndarray | None = None
+) -> np.ndarray:
+    """(windows, dimension) unit embeddings of the ``width`` frames from each of ``starts``, pooled with the
+    (windows, width) frame ``weights`` (all frames by default)."""
+    embeddings = []
+    with torch.inference_mode():
+        for batch in range(0, len(starts), _BATCH):
+            batch_starts = starts[batch : batch + _BATCH]
+            frames = torch.stack([features[:, s : s + width] for s in batch_starts])
+            if weights is None:
+                batch_weights = torch.ones(len(batch_starts), 1, width)
+            else:
+                batch_weights = torch.from_numpy(weights[batch : batch + _BATCH])[:, None]
+            embeddings.append(model.pool(frames, batch_weights.to(frames.device))[:, 0].cpu().numpy())
+    embeddings = np.concatenate(embeddings)
+    return embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+
+
+def active_frames(annotation: Annotation, labels: list[str], frames: int, frame: float) -> np.ndarray:
     """(frames, speakers) booleans: who speaks in each feature frame."""
     active = np.zeros((frames, len(labels)), dtype=bool)
     for segment, _, label in annotation.itertracks(yield_label=True):
@@ -124,7 +140,7 @@ def _active_frames(annotation: Annotation, labels: list[str], frames: int, frame
     return active
 
 
-def _runs(mask: np.ndarray, values: np.ndarray) -> list[slice]:
+def runs(mask: np.ndarray, values: np.ndarray) -> list[slice]:
     """Maximal stretches of frames where ``mask`` holds and ``values`` stays the same."""
     runs, start = [], None
     for i in range(len(mask) + 1):
@@ -136,12 +152,12 @@ def _runs(mask: np.ndarray, values: np.ndarray) -> list[slice]:
     return runs
 
 
-def _moved(annotation: Annotation, runs: list[tuple[Segment, str]]) -> Annotation:
-    """``annotation`` with each segment of ``runs`` (where one speaker talks) given to its label, touching turns
+def _moved(annotation: Annotation, stretches: list[tuple[Segment, str]]) -> Annotation:
+    """``annotation`` with each segment of ``stretches`` (where one speaker talks) given to its label, touching turns
     joined."""
-    if not runs:
+    if not stretches:
         return annotation
-    moved = annotation.extrude(Timeline([segment for segment, _ in runs]))
-    for i, (segment, label) in enumerate(runs):
+    moved = annotation.extrude(Timeline([segment for segment, _ in stretches]))
+    for i, (segment, label) in enumerate(stretches):
         moved[segment, f"moved{i}"] = label
     return moved.support()

@@ -1,4 +1,5 @@
-"""How many speakers, and which embedding is whose: clustering of the diarization's speaker embeddings."""
+"""How many speakers, and which embedding is whose: clustering of the diarization's speaker embeddings, and
+3D-Speaker's spectral clustering (``spectral_clusters``) for the short windows of ``missed_speakers``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 from pyannote.audio.pipelines.clustering import BaseClustering
 from pyannote.pipeline.parameter import Integer, Uniform
 from scipy.cluster.hierarchy import fcluster, linkage
+from sklearn.cluster import KMeans
 
 
 class SpeakerClustering(BaseClustering):
@@ -41,7 +43,7 @@ class SpeakerClustering(BaseClustering):
         dendrogram = linkage(unit, method="centroid", metric="euclidean")
         smallest = min(self.min_cluster_size, max(1, round(0.1 * count)))  # as pyannote
         clusters = fcluster(dendrogram, self.threshold, criterion="distance") - 1
-        clusters = _merge_small(unit, clusters, smallest, self.keep_distance)
+        clusters = merge_small(unit, clusters, smallest, self.keep_distance)
         found = clusters.max() + 1
         wanted = (
             num_clusters
@@ -55,7 +57,7 @@ class SpeakerClustering(BaseClustering):
             for size in range(wanted, count + 1):
                 cut = fcluster(dendrogram, size, criterion="maxclust") - 1
                 if (np.bincount(cut) >= smallest).sum() == wanted:
-                    return _merge_small(unit, cut, smallest)
+                    return merge_small(unit, cut, smallest)
                 if fallback is None and cut.max() + 1 >= wanted:
                     fallback = cut
             clusters = _fewest(unit, fallback, wanted) if fallback is not None else clusters
@@ -73,7 +75,7 @@ def centroids(unit: np.ndarray, clusters: np.ndarray) -> np.ndarray:
     return np.stack([centroid(unit[clusters == label]) for label in range(clusters.max() + 1)])
 
 
-def _merge_small(unit: np.ndarray, clusters: np.ndarray, smallest: int, within: float = 2.0) -> np.ndarray:
+def merge_small(unit: np.ndarray, clusters: np.ndarray, smallest: int, within: float = 2.0) -> np.ndarray:
     """Clusters of fewer than ``smallest`` members, largest first, join the nearest cluster kept so far when its
     centroid is within ``within`` (cosine distance; 2 always), else are kept. Labels renumbered from 0."""
     clusters = clusters.copy()
@@ -93,6 +95,58 @@ def _merge_small(unit: np.ndarray, clusters: np.ndarray, smallest: int, within: 
         else:
             kept.append(label)
     return np.unique(clusters, return_inverse=True)[1]
+
+
+def spectral_clusters(
+    unit: np.ndarray,
+    pruning: float,
+    min_neighbours: int,
+    max_clusters: int,
+    min_clusters: int = 1,
+    num_clusters: int | None = None,
+) -> np.ndarray:
+    """3D-Speaker's spectral clustering of unit embeddings: cosine affinities, each row pruned to its ``pruning``
+    share of largest values (at least ``min_neighbours``), as many clusters as the largest eigengap of the graph
+    Laplacian says (from ``min_clusters`` to ``max_clusters``; ``num_clusters`` if given), k-means on the
+    eigenvectors. Labels 0 to n - 1."""
+    count = len(unit)
+    if count <= 2:
+        return np.zeros(count, dtype=int)
+    affinity = unit @ unit.T
+    dropped = min(int((1 - pruning) * count), count - min_neighbours)
+    if dropped > 0:
+        lowest = np.argsort(affinity, axis=1)[:, :dropped]
+        np.put_along_axis(affinity, lowest, 0.0, axis=1)
+    affinity = 0.5 * (affinity + affinity.T)
+    np.fill_diagonal(affinity, 0.0)
+    laplacian = np.diag(np.abs(affinity).sum(axis=1)) - affinity
+    eigenvalues, eigenvectors = np.linalg.eigh(laplacian)
+    if num_clusters:
+        wanted = min(num_clusters, count)
+    else:
+        low, high = max(1, min_clusters), min(count - 1, max_clusters)
+        gaps = np.diff(eigenvalues[low - 1 : high + 1])
+        wanted = int(np.argmax(gaps)) + low if len(gaps) else low
+    if wanted == 1:
+        return np.zeros(count, dtype=int)
+    clusters = KMeans(wanted, n_init=10, random_state=0).fit_predict(eigenvectors[:, :wanted])
+    return np.unique(clusters, return_inverse=True)[1]
+
+
+def merge_similar(unit: np.ndarray, clusters: np.ndarray, similarity: float, fewest: int = 1) -> np.ndarray:
+    """Merge the two clusters with the most similar centroids while that cosine is above ``similarity`` and more
+    than ``fewest`` are left. Labels renumbered from 0."""
+    clusters = np.unique(clusters, return_inverse=True)[1]
+    while clusters.max() + 1 > fewest:
+        means = centroids(unit, clusters)
+        cosine = means @ means.T
+        np.fill_diagonal(cosine, -np.inf)
+        a, b = np.unravel_index(int(np.argmax(cosine)), cosine.shape)
+        if cosine[a, b] < similarity:
+            break
+        clusters[clusters == b] = a
+        clusters = np.unique(clusters, return_inverse=True)[1]
+    return clusters
 
 
 def _fewest(unit: np.ndarray, clusters: np.ndarray, wanted: int) -> np.ndarray:

@@ -8,7 +8,8 @@ JSON); ``sample`` is the pyannote sample, ``sample:15`` its first 15 s. The segm
 recording are computed once by the offline default's pipeline and kept in ``bench/results/clustering-cache``; every
 candidate clustering then runs on the same embeddings, so a grid takes seconds. ``--split-pauses 0.2`` cuts each
 local speaker of a window at its pauses before the embeddings (``split_at_pauses``); ``--resegment-grid`` scores
-settings of the resegmentation (``resegmentation.Resegmentation``) after the default clustering. Scores per set:
+settings of the resegmentation (``resegmentation.Resegmentation``) after the default clustering, ``--missed-grid``
+those of the missed-speaker search (``missed_speakers.MissedSpeakers``). Scores per set:
 recordings whose number of speakers is right, too low and too high, and the pooled DER of the pipeline's turns
 against the reference turns (collar 0, overlap scored).
 """
@@ -39,13 +40,13 @@ from pyannote.audio.pipelines.clustering import BaseClustering
 from pyannote.core import Segment, SlidingWindowFeature, Timeline
 from pyannote.metrics.diarization import DiarizationErrorRate
 from pyannote.pipeline.parameter import Integer, Uniform
-from sklearn.cluster import KMeans
 
 from audio import SAMPLE_RATE, decode
 from config import ModelSettings
 from diarization_utils import FEATURES, load_pipeline
+from missed_speakers import MissedSpeakers
 from resegmentation import Resegmentation
-from speaker_clustering import SpeakerClustering, centroids
+from speaker_clustering import SpeakerClustering, merge_similar, spectral_clusters
 
 CACHE = Path(__file__).resolve().parent / "results" / "clustering-cache"
 
@@ -82,6 +83,7 @@ class CachedPipeline:
         config = yaml.safe_load(Path(settings.diarization_model, "config.yaml").read_text())
         del config["pipeline"]["params"]["clustering"], config["params"]["clustering"]  # not what is cached
         config["pipeline"]["params"].pop("resegment", None)
+        config["pipeline"]["params"].pop("missed_speakers", None)
         if not single_pass:
             config["single_pass"] = False
         if split_pauses:
@@ -194,28 +196,43 @@ def main() -> None:
     parser.add_argument("--per-window", action="store_true", help="CAM++ per window, as pyannote (not single pass)")
     parser.add_argument("--split-pauses", type=float, metavar="SECONDS", help="cut local speakers at such pauses")
     parser.add_argument("--resegment-grid", action="store_true", help="resegmentation settings, default clustering")
+    parser.add_argument("--missed-grid", action="store_true", help="missed-speaker settings, default clustering")
     args = parser.parse_args()
     pipeline = CachedPipeline(single_pass=not args.per_window, split_pauses=args.split_pauses)
     sets = [read_set(spec) for spec in args.sets]
     default = pipeline.pipeline.clustering
-    runs = resegmentations(default) if args.resegment_grid else candidates(default, args.grid)
-    for label, clustering, *resegmentation in runs:
-        if resegmentation:
-            pipeline.pipeline.resegmentation = resegmentation[0]
+    if args.resegment_grid:
+        runs = resegmentations(default)
+    elif args.missed_grid:
+        runs = missed_speakers(default)
+    else:
+        runs = candidates(default, args.grid)
+    for label, clustering, *steps in runs:
+        for step in steps:  # the pipeline's resegmentation or missed-speaker search
+            setattr(pipeline.pipeline, *step)
         print(label)
         for name, references in sets:
             print(f"  {name:12s} {score(pipeline, name, references, clustering, args.verbose, args.oracle).line()}")
 
 
 def resegmentations(clustering):
-    """The default clustering without resegmentation, then with each resegmentation setting."""
-    yield "no resegmentation", clustering, None
+    """The default clustering without resegmentation (nor missed speakers), then with each resegmentation setting."""
+    yield "no resegmentation", clustering, ("resegmentation", None), ("missed_speakers", None)
     for window, margin, min_run, rounds in itertools.product((1.0, 1.5), (0.1, 0.2, 0.3), (0.3, 1.0), (1, 3)):
         resegmentation = Resegmentation(window=window, margin=margin, min_run=min_run, rounds=rounds)
-        yield f"{resegmentation}", clustering, resegmentation
+        yield f"{resegmentation}", clustering, ("resegmentation", resegmentation)
     for min_speech in (0.0, 1.0, 4.0):
         resegmentation = Resegmentation(min_speech=min_speech)
-        yield f"{resegmentation}", clustering, resegmentation
+        yield f"{resegmentation}", clustering, ("resegmentation", resegmentation)
+
+
+def missed_speakers(clustering):
+    """The default clustering and resegmentation without the missed-speaker search, then with each of its
+    settings (3D-Speaker's: pruning 0.01, 6 neighbours at least, clusters of 4 windows or fewer folded in)."""
+    yield "no missed speakers", clustering, ("missed_speakers", None)
+    for window, pruning, merge in itertools.product((1.0, 1.5), (0.01, 0.03), (0.6, 0.7, 0.8)):
+        missed = MissedSpeakers(window=window, pruning=pruning, merge_similarity=merge)
+        yield f"{missed}", clustering, ("missed_speakers", missed)
 
 
 def candidates(default, grid: bool):
@@ -243,7 +260,7 @@ def candidates(default, grid: bool):
 
 class SpectralSpeakerClustering(BaseClustering):
     """3D-Speaker's spectral clustering of CAM++ embeddings: cosine affinities, each row pruned to its
-    ``1 - pruning`` share of largest values (at least ``min_neighbours``), the number of speakers at the largest
+    ``pruning`` share of largest values (at least ``min_neighbours``), the number of speakers at the largest
     eigengap of the graph Laplacian (up to ``max_speakers``), k-means on the eigenvectors; clusters whose centroids
     are within cosine ``merge_similarity`` are merged. ``num_clusters``, ``min_clusters`` and ``max_clusters`` bound
     the count."""
@@ -264,50 +281,11 @@ class SpectralSpeakerClustering(BaseClustering):
         max_clusters: int | None = None,
         num_clusters: int | None = None,
     ) -> np.ndarray:
-        count = len(embeddings)
-        if count <= 2:
-            return np.zeros(count, dtype=int)
         unit = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
-        affinity = unit @ unit.T
-        dropped = min(int((1 - self.pruning) * count), count - self.min_neighbours)
-        if dropped > 0:
-            lowest = np.argsort(affinity, axis=1)[:, :dropped]
-            np.put_along_axis(affinity, lowest, 0.0, axis=1)
-        affinity = 0.5 * (affinity + affinity.T)
-        np.fill_diagonal(affinity, 0.0)
-        laplacian = np.diag(np.abs(affinity).sum(axis=1)) - affinity
-        eigenvalues, eigenvectors = np.linalg.eigh(laplacian)
         low = max(1, min_clusters or 1)
-        high = min(count - 1, max_clusters or self.max_speakers, self.max_speakers)
-        if num_clusters:
-            wanted = num_clusters
-        else:
-            gaps = np.diff(eigenvalues[low - 1 : high + 1])
-            wanted = int(np.argmax(gaps)) + low if len(gaps) else low
-        wanted = min(wanted, count)
-        if wanted == 1:
-            return np.zeros(count, dtype=int)
-        spectral = eigenvectors[:, :wanted]
-        clusters = KMeans(wanted, n_init=10, random_state=0).fit_predict(spectral)
-        if not num_clusters:
-            clusters = _merge_similar(unit, clusters, self.merge_similarity, low)
-        return np.unique(clusters, return_inverse=True)[1]
-
-
-def _merge_similar(unit: np.ndarray, clusters: np.ndarray, similarity: float, fewest: int) -> np.ndarray:
-    """Merge the two clusters with the most similar centroids while that cosine is above ``similarity`` and more
-    than ``fewest`` are left."""
-    clusters = np.unique(clusters, return_inverse=True)[1]
-    while clusters.max() + 1 > fewest:
-        means = centroids(unit, clusters)
-        cosine = means @ means.T
-        np.fill_diagonal(cosine, -np.inf)
-        a, b = np.unravel_index(int(np.argmax(cosine)), cosine.shape)
-        if cosine[a, b] < similarity:
-            break
-        clusters[clusters == b] = a
-        clusters = np.unique(clusters, return_inverse=True)[1]
-    return clusters
+        high = min(max_clusters or self.max_speakers, self.max_speakers)
+        clusters = spectral_clusters(unit, self.pruning, self.min_neighbours, high, low, num_clusters)
+        return clusters if num_clusters else merge_similar(unit, clusters, self.merge_similarity, low)
 
 
 if __name__ == "__main__":

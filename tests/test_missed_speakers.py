@@ -1,0 +1,101 @@
+"""A voice the clustering gave to another speaker is found again from short windows and gets its own turns; a
+right diarization gets no new speaker; ``max_speakers`` still binds."""
+
+import numpy as np
+import pytest
+import torch
+from pyannote.core import Segment
+
+from audio import SAMPLE_RATE
+from config import ModelSettings
+from diarization_utils import load_pipeline
+from missed_speakers import MissedSpeakers
+
+# Two Kokoro voices of the test set (``bench/conversations.TEST_VOICES``), taking turns.
+VOICES = ("af_aoede", "am_adam")
+SENTENCES = (
+    "I finally fixed the bicycle that was standing in the garage all winter.",
+    "Did you need new tyres, or was it only the chain?",
+    "Both, and the brakes were worn down to the metal.",
+    "Then it is a good thing you did not ride it like that.",
+    "We are going to the lake on Saturday if the weather holds.",
+    "Can I bring my sister along? She has never been there.",
+    "Of course, there is enough room in the car for five people.",
+    "I will make sandwiches and bring the big thermos of tea.",
+)
+
+
+@pytest.fixture(scope="module")
+def dialogue() -> tuple[dict, list[tuple[str, float, float]]]:
+    """About 30 s of the two voices in turns 0.5 s apart, as a pyannote file, and each turn's (voice, start, end)."""
+    from conversations import synthesize
+
+    pieces, spans, at = [], [], 0
+    gap = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
+    for i, text in enumerate(SENTENCES):
+        speech = synthesize(text, VOICES[i % 2], 1.0)
+        spans.append((VOICES[i % 2], at / SAMPLE_RATE, (at + len(speech)) / SAMPLE_RATE))
+        pieces += [speech, gap]
+        at += len(speech) + len(gap)
+    waveform = np.concatenate(pieces)
+    audio = {"waveform": torch.from_numpy(0.5 * waveform / np.abs(waveform).max())[None], "sample_rate": SAMPLE_RATE}
+    return audio, spans
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    settings = ModelSettings()
+    return load_pipeline(settings.diarization_model, settings.token, torch.device("cpu"))
+
+
+def _features(pipeline, audio) -> torch.Tensor:
+    model = pipeline.embedding_model
+    waveform = audio["waveform"][0]
+    return model.recording_features(waveform, model.num_frames(len(waveform)), 12)
+
+
+def test_a_voice_merged_into_another_is_found_again(pipeline, dialogue):
+    audio, spans = dialogue
+    missed, resegmentation = pipeline.missed_speakers, pipeline.resegmentation
+    pipeline.missed_speakers = pipeline.resegmentation = None
+    try:
+        merged = pipeline(dict(audio), num_speakers=1)  # the clustering made to give both voices to one speaker
+    finally:
+        pipeline.missed_speakers, pipeline.resegmentation = missed, resegmentation
+    model, features = pipeline.embedding_model, _features(pipeline, audio)
+    labels = list(merged.speaker_diarization.labels())
+    found = MissedSpeakers()(model, features, merged.speaker_diarization, merged.speaker_embeddings)
+    assert len(labels) == 1 and len(found) == 1
+    mended, _ = resegmentation(
+        model,
+        features,
+        merged.speaker_diarization,
+        merged.exclusive_speaker_diarization,
+        np.vstack([merged.speaker_embeddings, found]),
+        [*labels, "SPEAKER_01"],
+    )
+    first, second = (_majority_labels(mended, spans)[voice] for voice in VOICES)
+    assert len(first) == len(second) == 1 and first != second  # each voice one speaker, not the same one
+
+
+def test_a_right_diarization_gets_no_new_speaker(pipeline, dialogue):
+    audio, _ = dialogue
+    output = pipeline(dict(audio))
+    assert len(output.speaker_diarization.labels()) == 2
+    found = MissedSpeakers()(
+        pipeline.embedding_model, _features(pipeline, audio), output.speaker_diarization, output.speaker_embeddings
+    )
+    assert len(found) == 0
+
+
+def test_max_speakers_binds(pipeline, dialogue):
+    audio, _ = dialogue
+    assert len(pipeline(dict(audio), max_speakers=1).speaker_diarization.labels()) == 1
+
+
+def _majority_labels(annotation, spans) -> dict[str, set[str]]:
+    """The label that holds most of each turn, gathered per voice."""
+    labels: dict[str, set[str]] = {}
+    for voice, start, end in spans:
+        labels.setdefault(voice, set()).add(annotation.crop(Segment(start, end)).argmax())
+    return labels
