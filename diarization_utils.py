@@ -381,9 +381,9 @@ def _with_unheard(
             spans.setdefault(speaker, []).append((overlap.start, overlap.end))
     unheard = []
     for speaker, regions in spans.items():
-        if speaker in heard or sum(end - start for start, end in regions) < _MIN_UNHEARD_S:
-            continue
         speech = Timeline([Segment(start, end) for start, end in regions]).support()
+        if speaker in heard or speech.duration() < _MIN_UNHEARD_S:
+            continue
         unheard += [SpeakerSegment(speaker, "", segment.start, segment.end) for segment in speech]
     return sorted(segments + unheard, key=lambda segment: segment.start) if unheard else segments
 

@@ -142,14 +142,14 @@ def active_frames(annotation: Annotation, labels: list[str], frames: int, frame:
 
 def runs(mask: np.ndarray, values: np.ndarray) -> list[slice]:
     """Maximal stretches of frames where ``mask`` holds and ``values`` stays the same."""
-    runs, start = [], None
+    found, start = [], None
     for i in range(len(mask) + 1):
         if start is not None and (i == len(mask) or not mask[i] or values[i] != values[start]):
-            runs.append(slice(start, i))
+            found.append(slice(start, i))
             start = None
         if start is None and i < len(mask) and mask[i]:
             start = i
-    return runs
+    return found
 
 
 def _moved(annotation: Annotation, stretches: list[tuple[Segment, str]]) -> Annotation:
