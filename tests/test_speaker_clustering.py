@@ -1,9 +1,10 @@
-"""The offline default's clustering: a voice heard little is kept, an echo of a known voice is not, hints bind."""
+"""The offline default's clustering: a voice heard little is kept, an echo of a known voice is not, hints bind; the
+spectral clustering of the missed-speaker search counts by the eigengap."""
 
 import numpy as np
 import pytest
 
-from speaker_clustering import SpeakerClustering
+from speaker_clustering import SpeakerClustering, merge_similar, spectral_clusters
 
 
 def _voices(*groups: tuple[np.ndarray, int], seed: int = 0) -> np.ndarray:
@@ -49,3 +50,14 @@ def test_speaker_count_hints_are_hard_constraints(directions, hints, expected):
     if "num_clusters" in hints:
         bounds["min_clusters"] = bounds["max_clusters"] = hints["num_clusters"]
     assert len(set(_clustering().cluster(embeddings, **bounds))) == expected
+
+
+def test_the_spectral_clustering_counts_voices_by_the_eigengap(directions):
+    a, b, c, _ = directions
+    embeddings = _voices((a, 30), (b, 30), (c, 30))
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    clusters = spectral_clusters(unit, pruning=0.01, min_neighbours=6, max_clusters=10)
+    assert [len(set(clusters[i : i + 30])) for i in (0, 30, 60)] == [1, 1, 1]
+    assert len(set(clusters)) == 3
+    assert len(set(spectral_clusters(unit, 0.01, 6, 10, num_clusters=2))) == 2
+    assert len(set(merge_similar(unit, clusters, similarity=-1.0))) == 1  # all alike enough: one cluster
