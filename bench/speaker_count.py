@@ -204,7 +204,7 @@ def main() -> None:
     if args.resegment_grid:
         runs = resegmentations(default)
     elif args.missed_grid:
-        runs = missed_speakers(default)
+        runs = missed_speaker_settings(default)
     else:
         runs = candidates(default, args.grid)
     for label, clustering, *steps in runs:
@@ -226,7 +226,7 @@ def resegmentations(clustering):
         yield f"{resegmentation}", clustering, ("resegmentation", resegmentation)
 
 
-def missed_speakers(clustering):
+def missed_speaker_settings(clustering):
     """The default clustering and resegmentation without the missed-speaker search, then with each of its
     settings (3D-Speaker's: pruning 0.01, 6 neighbours at least, clusters of 4 windows or fewer folded in)."""
     yield "no missed speakers", clustering, ("missed_speakers", None)
