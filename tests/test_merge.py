@@ -75,6 +75,15 @@ def test_a_speaker_heard_only_under_another_keeps_turns_without_text():
     ]
 
 
+def test_a_wordless_speaker_under_a_second_of_speech_is_left_out_even_inside_an_overlap():
+    # C's 0.6 s turn lies inside the overlap C is in: 0.6 s of speech, not 1.2 s
+    pieces = words(("five", 0.2, 0.8), ("years", 0.8, 1.5))
+    turns = [Turn("A", 0.0, 3.0), Turn("C", 3.0, 3.6)]
+    overlaps = [Overlap(("A", "C"), 3.0, 3.6)]
+    _, segments = attribute_pieces(pieces, turns, 10.0, overlaps)
+    assert [segment.speaker for segment in segments] == ["A"]
+
+
 def test_a_change_just_before_a_sentence_end_moves_to_it():
     # alignment lag puts the last word of A's sentence into B's turn
     turns = [Turn("A", 0.0, 2.0), Turn("B", 2.0, 5.0)]
