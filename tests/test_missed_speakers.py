@@ -4,6 +4,7 @@ right diarization gets no new speaker; ``max_speakers`` still binds."""
 import numpy as np
 import pytest
 import torch
+from conftest import SENTENCES, kokoro_dialogue
 from pyannote.core import Segment
 
 from audio import SAMPLE_RATE
@@ -13,33 +14,13 @@ from missed_speakers import MissedSpeakers
 
 # Two Kokoro voices of the test set (``bench/conversations.TEST_VOICES``), taking turns.
 VOICES = ("af_aoede", "am_adam")
-SENTENCES = (
-    "I finally fixed the bicycle that was standing in the garage all winter.",
-    "Did you need new tyres, or was it only the chain?",
-    "Both, and the brakes were worn down to the metal.",
-    "Then it is a good thing you did not ride it like that.",
-    "We are going to the lake on Saturday if the weather holds.",
-    "Can I bring my sister along? She has never been there.",
-    "Of course, there is enough room in the car for five people.",
-    "I will make sandwiches and bring the big thermos of tea.",
-)
 
 
 @pytest.fixture(scope="module")
 def dialogue() -> tuple[dict, list[tuple[str, float, float]]]:
-    """About 30 s of the two voices in turns 0.5 s apart, as a pyannote file, and each turn's (voice, start, end)."""
-    from conversations import synthesize
-
-    pieces, spans, at = [], [], 0
-    gap = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
-    for i, text in enumerate(SENTENCES):
-        speech = synthesize(text, VOICES[i % 2], 1.0)
-        spans.append((VOICES[i % 2], at / SAMPLE_RATE, (at + len(speech)) / SAMPLE_RATE))
-        pieces += [speech, gap]
-        at += len(speech) + len(gap)
-    waveform = np.concatenate(pieces)
-    audio = {"waveform": torch.from_numpy(0.5 * waveform / np.abs(waveform).max())[None], "sample_rate": SAMPLE_RATE}
-    return audio, spans
+    """About 30 s of the two voices taking turns, as a pyannote file, and each turn's (voice, start, end)."""
+    waveform, spans = kokoro_dialogue([(VOICES[i % 2], text) for i, text in enumerate(SENTENCES[:8])])
+    return {"waveform": torch.from_numpy(waveform)[None], "sample_rate": SAMPLE_RATE}, spans
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import SENTENCES, kokoro_dialogue
 
 import cli
 from audio import SAMPLE_RATE, decode
@@ -132,46 +133,14 @@ def test_references_are_left_out_of_the_parameters_echoed():
 # bf_isabella, am_adam with bm_lewis or am_santa, whose references are 0.01-0.34 cosine apart: a limit of the
 # diarization (the segmentation's local speakers), not of the naming.
 ANN, BEA, CAL, DAN = "af_aoede", "am_adam", "bm_fable", "bf_isabella"
-SENTENCES = (
-    "I finally fixed the bicycle that was standing in the garage all winter.",
-    "Did you need new tyres, or was it only the chain?",
-    "Both, and the brakes were worn down to the metal.",
-    "Then it is a good thing you did not ride it like that.",
-    "We are going to the lake on Saturday if the weather holds.",
-    "Can I bring my sister along? She has never been there.",
-    "Of course, there is enough room in the car for five people.",
-    "I will make sandwiches and bring the big thermos of tea.",
-    "Remember the sun cream, last time we all got burned.",
-    "My neighbour lent me a tent that sleeps four.",
-    "Is it the green one with the broken zip?",
-    "No, he bought a new one for his trip to the mountains.",
-    "The concert starts at eight, so let's meet at seven.",
-    "I can only come after work, around half past seven.",
-    "That is fine, I will keep a seat for you near the door.",
-    "The new bakery on the corner sells bread until midnight.",
-    "Their rye bread is the best I have had in years.",
-    "I prefer the croissants, but they are gone by ten.",
-    "Our train was cancelled, so we took the bus instead.",
-    "It took twice as long, but we saw the whole coast.",
-    "The museum has a new room about the history of the harbour.",
-    "I read that they found an old ship under the quay.",
-)
 
 
 def _recording(turns: list[tuple[str, str]]) -> tuple[bytes, list[tuple[str, float, float]]]:
-    """WAV of the turns said one after another (0.6 s apart), and each turn's (voice, start, end)."""
-    from conversations import synthesize
+    """WAV of the turns said one after another, and each turn's (voice, start, end)."""
     from kokoro import wav_bytes
 
-    pieces, spans, at = [], [], 0
-    gap = np.zeros(int(0.6 * SAMPLE_RATE), dtype=np.float32)
-    for voice, text in turns:
-        speech = synthesize(text, voice, 1.0)
-        spans.append((voice, at / SAMPLE_RATE, (at + len(speech)) / SAMPLE_RATE))
-        pieces += [speech, gap]
-        at += len(speech) + len(gap)
-    waveform = np.concatenate(pieces)
-    return wav_bytes(0.5 * waveform / np.abs(waveform).max()), spans
+    waveform, spans = kokoro_dialogue(turns)
+    return wav_bytes(waveform), spans
 
 
 def _labels(turns: list[dict], spans: list[tuple[str, float, float]]) -> dict[str, set[str]]:
