@@ -2,6 +2,7 @@
 
     python bench/corpus.py --out bench/corpus
     python bench/corpus.py --holdout --out bench/corpus-holdout   # other voices, lines and seeds: never tuned on
+    python bench/corpus.py --tune --out bench/corpus-tune         # other voices again: tuned on, never reported
 
 Each conversation is seeded, so the corpus is the same on every machine with the same flite/espeak-ng. It has
 2-4 speakers, pauses, overlapping turns and, in some files, background noise; one lasts more than 5 minutes.
@@ -39,6 +40,13 @@ VOICES = {
     "espeak-rp-f": ["espeak-ng", "-v", "en-gb-x-rp+f4", "-s", "145"],
     "espeak-us-m": ["espeak-ng", "-v", "en-us+m4", "-s", "170"],
     "espeak-029-f": ["espeak-ng", "-v", "en-029+f2", "-s", "155"],
+    # tuning voices (``--tune``): chosen on, never reported
+    "espeak-lanc-m": ["espeak-ng", "-v", "en-gb-x-gbclan+m2", "-s", "155"],
+    "espeak-nyc-m": ["espeak-ng", "-v", "en-us-nyc+m6", "-s", "165"],
+    "espeak-wmid-f": ["espeak-ng", "-v", "en-gb-x-gbcwmd+f1", "-s", "150"],
+    "espeak-us-m2": ["espeak-ng", "-v", "en-us+m2", "-s", "160"],
+    "espeak-gb-f5": ["espeak-ng", "-v", "en+f5", "-s", "145"],
+    "espeak-gb-m5": ["espeak-ng", "-v", "en-gb+m5", "-s", "150"],
 }
 
 LINES = [
@@ -152,6 +160,17 @@ HOLDOUT = [
     Conversation("h-four-short", 105, ("flite-slt", "espeak-us-m", "flite-kal8", "espeak-029-f"), 12, None, 0.15),
 ]
 
+# For choosing settings on voices like the held-out ones (espeak-ng men beside men): other variants, LINES, other
+# seeds; never reported.
+TUNE = [
+    Conversation("t-three-espeak", 201, ("espeak-lanc-m", "espeak-nyc-m", "espeak-wmid-f"), 15, 15.0, 0.1),
+    Conversation("t-four-espeak", 202, ("espeak-us-m2", "espeak-gb-m5", "espeak-gb-f5", "flite-rms"), 18, 25.0, 0.2),
+    Conversation("t-three-men", 203, ("espeak-lanc-m", "espeak-us-m2", "flite-awb"), 15, None, 0.15),
+    Conversation("t-four-short", 204, ("espeak-nyc-m", "espeak-wmid-f", "flite-slt", "espeak-gb-m5"), 12, None, 0.15),
+    Conversation("t-two-men", 205, ("espeak-gb-m5", "espeak-nyc-m"), 12, 20.0, 0.1),
+    Conversation("t-three-women", 206, ("espeak-wmid-f", "espeak-gb-f5", "flite-slt"), 15, 20.0, 0.2),
+]
+
 
 def synthesize(voice: str, text: str, folder: Path) -> np.ndarray:
     """Speak ``text`` with ``voice``; 16 kHz float32 samples with leading/trailing silence trimmed."""
@@ -222,10 +241,12 @@ def write_wav(path: Path | BinaryIO, samples: np.ndarray) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "corpus")
-    parser.add_argument("--holdout", action="store_true", help="the held-out conversations (HOLDOUT)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--holdout", action="store_true", help="the held-out conversations (HOLDOUT)")
+    which.add_argument("--tune", action="store_true", help="the tuning conversations (TUNE)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    conversations, lines = (HOLDOUT, HOLDOUT_LINES) if args.holdout else (CONVERSATIONS, LINES)
+    conversations, lines = (HOLDOUT, HOLDOUT_LINES) if args.holdout else (TUNE if args.tune else CONVERSATIONS, LINES)
     for conversation in conversations:
         reference = build(conversation, args.out, lines)
         length = reference["turns"][-1]["end"]

@@ -9,7 +9,8 @@ recording are computed once by the offline default's pipeline and kept in ``benc
 candidate clustering then runs on the same embeddings, so a grid takes seconds. ``--split-pauses 0.2`` cuts each
 local speaker of a window at its pauses before the embeddings (``split_at_pauses``); ``--resegment-grid`` scores
 settings of the resegmentation (``resegmentation.Resegmentation``) after the default clustering, ``--missed-grid``
-those of the missed-speaker search (``missed_speakers.MissedSpeakers``). Scores per set:
+those of the missed-speaker search (``missed_speakers.MissedSpeakers``); ``--separability`` scores no clustering
+but how well CAM++ tells the true speakers apart on their own turns (``separability``). Scores per set:
 recordings whose number of speakers is right, too low and too high, and the pooled DER of the pipeline's turns
 against the reference turns (collar 0, overlap scored).
 """
@@ -40,12 +41,13 @@ from pyannote.audio.pipelines.clustering import BaseClustering
 from pyannote.core import Segment, SlidingWindowFeature, Timeline
 from pyannote.metrics.diarization import DiarizationErrorRate
 from pyannote.pipeline.parameter import Integer, Uniform
+from sklearn.metrics import roc_auc_score
 
 from audio import SAMPLE_RATE, decode
 from config import ModelSettings
 from diarization_utils import FEATURES, load_pipeline
 from missed_speakers import MissedSpeakers
-from resegmentation import Resegmentation
+from resegmentation import Resegmentation, runs
 from speaker_clustering import SpeakerClustering, merge_similar, spectral_clusters
 
 CACHE = Path(__file__).resolve().parent / "results" / "clustering-cache"
@@ -171,8 +173,7 @@ def score(
         waveform = decode(reference.audio.read_bytes(), 7200, 60).waveform
         truth = reference.speakers
         hints = {"num_speakers": truth} if oracle else {}
-        recording = hashlib.sha256(reference.audio.read_bytes()).hexdigest()[:8]  # a rebuilt corpus is new
-        output = pipeline(f"{name}-{reference.name}-{recording}", waveform, clustering, **hints)
+        output = pipeline(_uri(name, reference), waveform, clustering, **hints)
         found = len(output.labels())
         der = result.der(
             annotation((speaker, start, end) for speaker, start, end, _ in reference.turns),
@@ -187,6 +188,50 @@ def score(
     return result
 
 
+def _uri(name: str, reference: Reference) -> str:
+    recording = hashlib.sha256(reference.audio.read_bytes()).hexdigest()[:8]  # a rebuilt corpus is new
+    return f"{name}-{reference.name}-{recording}"
+
+
+def separability(pipeline: CachedPipeline, name: str, references: list[Reference]) -> None:
+    """How well CAM++ tells the reference speakers apart, whatever the segmentation and the clustering do: the
+    embedding of each stretch where one reference speaker talks alone (0.5 s or more, from the single pass's
+    features), and for the pair of speakers it tells apart worst, the AUC of same-speaker against
+    different-speaker cosines (1: every same-speaker pair more alike than every other pair) and their means."""
+    model = pipeline.pipeline.embedding_model
+    frame = model.frame_seconds
+    for reference in references:
+        uri = _uri(name, reference)
+        pipeline(uri, decode(reference.audio.read_bytes(), 7200, 60).waveform)
+        features = pipeline._features[uri][1]
+        speakers = sorted({who for who, *_ in reference.turns})
+        active = np.zeros((features.shape[-1], len(speakers)), dtype=bool)
+        for who, start, end, _ in reference.turns:
+            active[round(start / frame) : round(end / frame), speakers.index(who)] = True
+        single = active.sum(axis=1) == 1
+        stretches = [s for s in runs(single, active.argmax(axis=1)) if (s.stop - s.start) * frame >= 0.5]
+        with torch.inference_mode():
+            units = np.concatenate(
+                [model.pool(features[:, s][None], torch.ones(1, 1, s.stop - s.start))[0].numpy() for s in stretches]
+            )
+        units /= np.linalg.norm(units, axis=1, keepdims=True)
+        owner = np.array([int(active[s.start].argmax()) for s in stretches])
+        cosine = units @ units.T
+        pairs = []
+        for a, b in itertools.combinations(np.unique(owner), 2):
+            same = [cosine[np.ix_(owner == k, owner == k)][np.triu_indices((owner == k).sum(), 1)] for k in (a, b)]
+            same = np.concatenate(same)
+            other = cosine[np.ix_(owner == a, owner == b)].ravel()
+            if len(same):
+                auc = roc_auc_score(np.r_[np.ones(len(same)), np.zeros(len(other))], np.r_[same, other])
+                pairs.append((auc, same.mean(), other.mean()))
+        worst = min(pairs, key=lambda pair: pair[0], default=(np.nan, np.nan, np.nan))
+        print(
+            f"    {reference.name:24s} stretches {len(stretches):3d}  worst pair AUC {worst[0]:.3f}  "
+            f"same {worst[1]:.2f} different {worst[2]:.2f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sets", nargs="+", metavar="NAME=FOLDER|sample")
@@ -197,17 +242,23 @@ def main() -> None:
     parser.add_argument("--split-pauses", type=float, metavar="SECONDS", help="cut local speakers at such pauses")
     parser.add_argument("--resegment-grid", action="store_true", help="resegmentation settings, default clustering")
     parser.add_argument("--missed-grid", action="store_true", help="missed-speaker settings, default clustering")
+    parser.add_argument("--separability", action="store_true", help="how well CAM++ tells the true speakers apart")
     args = parser.parse_args()
     pipeline = CachedPipeline(single_pass=not args.per_window, split_pauses=args.split_pauses)
     sets = [read_set(spec) for spec in args.sets]
+    if args.separability:
+        for name, references in sets:
+            print(name)
+            separability(pipeline, name, references)
+        return
     default = pipeline.pipeline.clustering
     if args.resegment_grid:
-        runs = resegmentations(default)
+        trials = resegmentations(default)
     elif args.missed_grid:
-        runs = missed_speaker_settings(default)
+        trials = missed_speaker_settings(default)
     else:
-        runs = candidates(default, args.grid)
-    for label, clustering, *steps in runs:
+        trials = candidates(default, args.grid)
+    for label, clustering, *steps in trials:
         for step in steps:  # the pipeline's resegmentation or missed-speaker search
             setattr(pipeline.pipeline, *step)
         print(label)
