@@ -47,7 +47,7 @@ from audio import SAMPLE_RATE, decode
 from config import ModelSettings
 from diarization_utils import FEATURES, load_pipeline
 from missed_speakers import MissedSpeakers
-from resegmentation import Resegmentation, runs
+from resegmentation import Resegmentation, active_frames, runs
 from speaker_clustering import SpeakerClustering, merge_similar, spectral_clusters
 
 CACHE = Path(__file__).resolve().parent / "results" / "clustering-cache"
@@ -204,10 +204,8 @@ def separability(pipeline: CachedPipeline, name: str, references: list[Reference
         uri = _uri(name, reference)
         pipeline(uri, decode(reference.audio.read_bytes(), 7200, 60).waveform)
         features = pipeline._features[uri][1]
-        speakers = sorted({who for who, *_ in reference.turns})
-        active = np.zeros((features.shape[-1], len(speakers)), dtype=bool)
-        for who, start, end, _ in reference.turns:
-            active[round(start / frame) : round(end / frame), speakers.index(who)] = True
+        truth = annotation((who, start, end) for who, start, end, _ in reference.turns)
+        active = active_frames(truth, list(truth.labels()), features.shape[-1], frame)
         single = active.sum(axis=1) == 1
         stretches = [s for s in runs(single, active.argmax(axis=1)) if (s.stop - s.start) * frame >= 0.5]
         with torch.inference_mode():
