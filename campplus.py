@@ -106,19 +106,18 @@ class CAMPPlusEmbedding(Model):
         weights: np.ndarray,
         batch_size: int = 32,
         progress: Callable[[int, int], None] | None = None,
-    ) -> np.ndarray:
-        """Embeddings of the windows ``[start, start + duration)`` of one recording, one per (window, speaker).
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """Embeddings of the windows ``[start, start + duration)`` of one recording, one per (window, speaker), and
+        the trunk features of the whole recording they were pooled from (``recording_features``).
 
         ``waveform``: (1, samples); ``weights``: (windows, speakers, frames) per-frame speaker weights of each window.
-        Returns (windows, speakers, dimension). ``progress(completed, total)`` follows the tile batches.
+        Returns (windows, speakers, dimension) and (channels, frames). ``progress(completed, total)`` follows the
+        tile batches.
         """
-        frames = self.frames_for(starts, duration)
+        reach = int(_first_frames(starts)[-1]) + self.num_frames(round(duration * self.hparams.sample_rate))
+        frames = max(reach, self.num_frames(waveform.shape[-1]))
         features = self.recording_features(waveform[0], frames, batch_size, progress)
-        return self.embed_windows(features, starts, duration, weights, batch_size)
-
-    def frames_for(self, starts: np.ndarray, duration: float) -> int:
-        """Feature frames that windows of ``duration`` seconds starting at ``starts`` reach."""
-        return int(_first_frames(starts)[-1]) + self.num_frames(round(duration * self.hparams.sample_rate))
+        return self.embed_windows(features, starts, duration, weights, batch_size), features
 
     @torch.inference_mode()
     def embed_windows(

@@ -128,11 +128,11 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
             if hook is not None:
                 hook("embeddings", None, total=total, completed=completed)
 
-        frames = max(model.frames_for(starts, window.duration), model.num_frames(waveform.shape[-1]))
-        features = model.recording_features(waveform[0].to(model.device), frames, self.embedding_batch_size, progress)
-        file[FEATURES] = features  # for the resegmentation, after the clustering
         weights = masks.transpose(0, 2, 1).copy()
-        return model.embed_windows(features, starts, window.duration, weights, self.embedding_batch_size)
+        embeddings, file[FEATURES] = model.embed_recording(  # the features for the resegmentation, after the clustering
+            waveform.to(model.device), starts, window.duration, weights, self.embedding_batch_size, progress
+        )
+        return embeddings
 
 
 def _new_labels(labels: list[str], count: int) -> list[str]:

@@ -123,7 +123,7 @@ def test_campplus_one_pass_over_the_recording_matches_per_window_embeddings(samp
     starts = np.arange(7.5, 21.0, 2.5)  # windows full of speech
     weights = np.zeros((len(starts), 2, 589), dtype=np.float32)
     weights[:, 0, :294], weights[:, 1, 294:] = 1.0, 1.0
-    tiled = model.embed_recording(torch.from_numpy(sample_waveform)[None], starts, 10.0, weights)
+    tiled, _ = model.embed_recording(torch.from_numpy(sample_waveform)[None], starts, 10.0, weights)
     windows = torch.stack([torch.from_numpy(sample_waveform[round(s * 16000) :][:160000]) for s in starts])
     with torch.inference_mode():
         exact = torch.stack([model(windows[:, None], weights=torch.from_numpy(weights[:, i])) for i in range(2)], 1)
