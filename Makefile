@@ -31,13 +31,13 @@ $(INSTALLED): requirements.txt requirements-local.txt requirements-dev.txt
 setup: system $(INSTALLED)
 
 bundle: setup
-	$(BIN)/python offline_bundle.py
+	$(BIN)/python -m tools.offline_bundle
 
 demo: bundle
-	$(BIN)/python -m cli transcribe
+	$(BIN)/python -m service.cli transcribe
 
 serve: bundle
-	$(BIN)/python -m cli serve
+	$(BIN)/python -m service.cli serve
 
 test: bundle
 	$(BIN)/python -m pytest -q

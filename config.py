@@ -18,15 +18,15 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from errors import InvalidParametersError
-from offline_bundle import BUNDLE_DIR, DIARIZATION_DIR_NAME, WHISPER_DIR_NAME
-from voiceprints import MATCH_THRESHOLD, MAX_AUDIO_REFERENCES, MAX_EMBEDDING_REFERENCES
+from speech.errors import InvalidParametersError
+from speech.speakers.voiceprints import MATCH_THRESHOLD, MAX_AUDIO_REFERENCES, MAX_EMBEDDING_REFERENCES
+from tools.offline_bundle import BUNDLE_DIR, DIARIZATION_DIR_NAME, WHISPER_DIR_NAME
 
 
 class ModelSettings(BaseSettings):
     """Models and limits of the endpoint, read from environment variables (e.g. ``ASR_MODEL``).
 
-    With no environment set, everything runs on the embedded offline bundle (``python offline_bundle.py``).
+    With no environment set, everything runs on the embedded offline bundle (``python -m tools.offline_bundle``).
     """
 
     model_config = SettingsConfigDict(extra="ignore", use_attribute_docstrings=True)
@@ -46,8 +46,7 @@ class ModelSettings(BaseSettings):
 
     diarization_single_pass: bool | None = None
     """Run the CAM++ embedding network once over the recording, in 12 s tiles, instead of once per 10 s window:
-    about 3x less diarization time, the same quality on the evaluation recordings (README, "Quality and
-    speed"). Unset = whenever the pipeline's embedding is CAM++ (the offline default); ``true`` = an error for
+    about 3x less diarization time, the same quality on the evaluation recordings (``docs/benchmarks.md``). Unset = whenever the pipeline's embedding is CAM++ (the offline default); ``true`` = an error for
     other pipelines; ``false`` = per window, as pyannote."""
 
     warm_up: bool | None = None
@@ -279,7 +278,7 @@ def _describe(error: dict) -> str:
 
 
 class ServerSettings(BaseSettings):
-    """The local server (``python -m cli serve``), read from environment variables (e.g. ``PORT``)."""
+    """The local server (``python -m service.cli serve``), read from environment variables (e.g. ``PORT``)."""
 
     model_config = SettingsConfigDict(extra="ignore", use_attribute_docstrings=True)
 

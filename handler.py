@@ -12,15 +12,17 @@ from pathlib import Path
 import torch
 import transformers
 
-from asr import Transcript, WhisperTranscriber
-from audio import decode, pyannote_sample_path, request_bytes
 from config import InferenceConfig, ModelSettings
-from diarization_utils import NO_DIARIZATION, Diarization, Progress, SpeakerSegment, attribute, diarize, load_pipeline
-from errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError, RequestError
-from formats import WRITERS
-from offline_bundle import BUNDLE_DIR
-from streaming import Emit, LiveTranscript
-from voiceprints import SpeakerEmbedder, identify, references
+from service.streaming import Emit, LiveTranscript
+from speech.asr.transcriber import Transcript, WhisperTranscriber
+from speech.attribution import attribute
+from speech.audio import decode, pyannote_sample_path, request_bytes
+from speech.errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError, RequestError
+from speech.formats import WRITERS
+from speech.speakers.pipeline import diarize, load_pipeline
+from speech.speakers.voiceprints import SpeakerEmbedder, identify, references
+from speech.types import NO_DIARIZATION, Diarization, Progress, SpeakerSegment
+from tools.offline_bundle import BUNDLE_DIR
 
 transformers.logging.set_verbosity_error()  # generate()'s notices about options it sets itself
 transformers.logging.disable_progress_bar()

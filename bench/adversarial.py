@@ -32,7 +32,7 @@ import numpy as np
 from corpus import LINES, VOICES, synthesize, write_wav
 from evaluate import pyannote_sample, score
 
-from audio import SAMPLE_RATE, decode
+from speech.audio import SAMPLE_RATE, decode
 
 FOREIGN = {
     "mandarin": ("cmn", "今天天气很好。我们一起去公园散步吧。我喜欢在周末和朋友们一起喝茶聊天。"),

@@ -25,10 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evaluate import Reference, Scorer
 from speaker_count import read_set
 
-import diarization_utils
 from config import InferenceConfig
-from diarization_utils import Chunk, Diarization, attribute
-from formats import ends_sentence
+from speech import attribution
+from speech.attribution import attribute
+from speech.formats import ends_sentence
+from speech.speakers import pipeline as diarization_pipeline
+from speech.types import Chunk, Diarization
 
 CACHE = Path(__file__).resolve().parent / "results" / "attribution-cache"
 
@@ -44,12 +46,12 @@ class Recordings:
         path = CACHE / f"{reference.name}-{hashlib.sha256(data).hexdigest()[:12]}.pickle"
         if path.exists():
             return pickle.loads(path.read_bytes())
-        from audio import decode
         from handler import EndpointHandler
+        from speech.audio import decode
 
         self.handler = self.handler or EndpointHandler()
         audio = decode(data, 7200, 60)
-        diarization = diarization_utils.diarize(self.handler.diarization, audio.waveform)
+        diarization = diarization_pipeline.diarize(self.handler.diarization, audio.waveform)
         transcript = self.handler.transcriber.transcribe(audio.waveform, InferenceConfig(), speech=diarization.turns)
         transcript, _ = transcript.within_speech(diarization.turns)
         found = (transcript.words, transcript.spaced, diarization, audio.duration)
@@ -68,7 +70,7 @@ def response(words: list[Chunk], spaced: bool, diarization: Diarization, duratio
     }
 
 
-_SNAP = diarization_utils._snap_changes_to_sentence_ends
+_SNAP = attribution._snap_changes_to_sentence_ends
 
 
 def _snap_keeping_whole_runs(pieces, speakers):
@@ -96,7 +98,7 @@ def _no_snapping(pieces, speakers):
 
 def _use(snap):
     def apply() -> None:
-        diarization_utils._snap_changes_to_sentence_ends = snap
+        attribution._snap_changes_to_sentence_ends = snap
 
     return apply
 

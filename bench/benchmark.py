@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 from corpus import write_wav
 
-from audio import SAMPLE_RATE, decode, pyannote_sample_path
+from speech.audio import SAMPLE_RATE, decode, pyannote_sample_path
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 ENDPOINT_FLOWS = ("endpoint", "per-window")
@@ -59,7 +59,7 @@ def recording(minutes: float) -> Path:
 
 def _diarization_pipeline():
     from config import ModelSettings
-    from diarization_utils import load_pipeline
+    from speech.speakers.pipeline import load_pipeline
 
     settings = ModelSettings()
     return load_pipeline(settings.diarization_model, None, settings.torch_device, single_pass=False)  # as pyannote
@@ -107,7 +107,7 @@ def peer_flow():
 def whisperx_flow():
     from faster_whisper import WhisperModel
 
-    from offline_bundle import BUNDLE_DIR, extract_ctranslate2_model
+    from tools.offline_bundle import BUNDLE_DIR, extract_ctranslate2_model
 
     folder = extract_ctranslate2_model(BUNDLE_DIR / "ctranslate2-tiny.en")
     model = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=2)

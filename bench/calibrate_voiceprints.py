@@ -1,6 +1,6 @@
 """Calibrate ``voiceprints.MATCH_THRESHOLD``: from what cosine similarity a diarized speaker takes a known name.
 
-    python bench/calibrate_voiceprints.py               # writes bench/results-voiceprints.txt
+    python bench/calibrate_voiceprints.py               # writes bench/results/voiceprint-calibration.txt
     python bench/calibrate_voiceprints.py --rounds 1 --out x.txt  # every voice in one conversation only
 
 Conversations of three Kokoro voices (``bench/conversations.py``'s synthesis and cache), each voice saying three
@@ -43,10 +43,10 @@ from conversations import NEAR_DUPLICATES, TEST_VOICES, TUNE_VOICES, colored_noi
 from corpus import LINES
 from sentences import MULTILINGUAL, TEST, TUNE
 
-from audio import SAMPLE_RATE
 from config import ModelSettings
-from diarization_utils import diarize, load_pipeline
-from voiceprints import SpeakerEmbedder, Voiceprint, identify, unit
+from speech.audio import SAMPLE_RATE
+from speech.speakers.pipeline import diarize, load_pipeline
+from speech.speakers.voiceprints import SpeakerEmbedder, Voiceprint, identify, unit
 
 OTHER_LANGUAGES = {"e": "es", "f": "fr", "i": "it", "p": "pt", "h": "hi", "z": "zh"}
 OTHER_VOICES = (
@@ -296,7 +296,9 @@ def describe(name: str, pairs: Pairs, threshold: float) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="conversations per voice (default: 2)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results-voiceprints.txt")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "results/voiceprint-calibration.txt"
+    )
     args = parser.parse_args()
     settings = ModelSettings()
     pipeline = load_pipeline(settings.diarization_model, settings.token, settings.torch_device)

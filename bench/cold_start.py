@@ -24,7 +24,7 @@ import json, resource, sys, time
 started = time.perf_counter()
 sys.path.insert(0, sys.argv[1])
 from handler import EndpointHandler
-from audio import pyannote_sample_path
+from speech.audio import pyannote_sample_path
 imported = time.perf_counter()
 handler = EndpointHandler()
 loaded = time.perf_counter()

@@ -50,7 +50,7 @@ from corpus import write_wav
 from kokoro import LANGUAGES, WHISPER_LANGUAGES, kokoro, voices
 from sentences import BACKCHANNELS, MONOLOGUES, MULTILINGUAL, TEST, TUNE
 
-from audio import SAMPLE_RATE
+from speech.audio import SAMPLE_RATE
 
 CACHE = Path(__file__).resolve().parent / "kokoro" / ".cache"
 

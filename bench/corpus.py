@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from audio import SAMPLE_RATE, decode
+from speech.audio import SAMPLE_RATE, decode
 
 VOICES = {
     "flite-slt": ["flite", "-voice", "slt"],

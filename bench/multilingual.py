@@ -42,8 +42,8 @@ from evaluate import Reference, read_corpus
 from kokoro import wav_bytes
 from metrics import CHARACTER_LANGUAGES, cp_word_errors, normalize, texts_by_speaker, word_errors
 
-from audio import SAMPLE_RATE, decode, pyannote_sample_path
-from offline_bundle import BASE, BASE_DIR_NAME, BUNDLE_DIR, extract_ctranslate2_model
+from speech.audio import SAMPLE_RATE, decode, pyannote_sample_path
+from tools.offline_bundle import BASE, BASE_DIR_NAME, BUNDLE_DIR, extract_ctranslate2_model
 
 _SILENCE_S = 0.5
 _MAX_DURATION_S = 3600
@@ -248,7 +248,7 @@ class Systems:
     def run(self, recording: Reference) -> tuple[dict[str, Result], float]:
         """Each system's result, and the time the endpoint's diarization pipeline takes on its own (faster-whisper's
         words get its speakers)."""
-        from diarization_utils import diarize
+        from speech.speakers.pipeline import diarize
 
         data = recording.audio.read_bytes()
         started = time.perf_counter()

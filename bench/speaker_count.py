@@ -43,12 +43,12 @@ from pyannote.metrics.diarization import DiarizationErrorRate
 from pyannote.pipeline.parameter import Integer, Uniform
 from sklearn.metrics import roc_auc_score
 
-from audio import SAMPLE_RATE, decode
 from config import ModelSettings
-from diarization_utils import FEATURES, load_pipeline
-from missed_speakers import MissedSpeakers
-from resegmentation import Resegmentation, active_frames, runs
-from speaker_clustering import SpeakerClustering, merge_similar, spectral_clusters
+from speech.audio import SAMPLE_RATE, decode
+from speech.speakers.clustering import SpeakerClustering, merge_similar, spectral_clusters
+from speech.speakers.missed_speakers import MissedSpeakers
+from speech.speakers.pipeline import FEATURES, load_pipeline
+from speech.speakers.resegmentation import Resegmentation, active_frames, runs
 
 CACHE = Path(__file__).resolve().parent / "results" / "clustering-cache"
 

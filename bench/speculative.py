@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 
-import decoding
-from audio import SAMPLE_RATE, decode, pyannote_sample_path
 from config import InferenceConfig, ModelSettings
+from speech.asr import decoding
+from speech.audio import SAMPLE_RATE, decode, pyannote_sample_path
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
@@ -81,7 +81,7 @@ def main() -> None:
     files = args.files or [pyannote_sample_path(), *sorted(CORPUS.glob("*.wav"))]
 
     import handler  # noqa: F401  (quiet transformers, as the endpoint runs it)
-    from asr import WhisperTranscriber, split_windows
+    from speech.asr.transcriber import WhisperTranscriber, split_windows
 
     settings = ModelSettings()
     if not settings.assistant_model:

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import LINES, VOICES, synthesize
 from metrics import normalize, word_errors
 
-from asr import WhisperTranscriber
-from audio import SAMPLE_RATE
 from config import InferenceConfig, ModelSettings
+from speech.asr.transcriber import WhisperTranscriber
+from speech.audio import SAMPLE_RATE
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from evaluate import pyannote_sample  # noqa: E402
 
-from audio import SAMPLE_RATE, decode  # noqa: E402
+from speech.audio import SAMPLE_RATE, decode  # noqa: E402
 
 
 def encode(samples: np.ndarray, rate: int, container: str, codec: str) -> bytes:
@@ -120,7 +120,7 @@ def client(handler):
     """The server app around the session's handler, in process (Starlette's test client)."""
     from starlette.testclient import TestClient
 
-    from server import create_app
+    from service.server import create_app
 
     with TestClient(create_app(handler=handler)) as client:
         yield ready(client)

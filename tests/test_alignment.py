@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from transformers.models.whisper.generation_whisper import _dynamic_time_warping
 
-from alignment import monotonic_path
 from config import InferenceConfig
+from speech.asr.alignment import monotonic_path
 
 
 @pytest.mark.parametrize(("n", "m"), [(1, 1), (1, 12), (12, 1), (7, 40), (200, 750)])

@@ -11,12 +11,12 @@ import torch
 from corpus import Conversation, build
 from transformers import BertConfig, WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
-from asr import WhisperTranscriber
-from audio import SAMPLE_RATE, decode
 from config import InferenceConfig, ModelSettings
-from decoding import DraftDecoder
-from errors import InvalidParametersError, ModelLoadError
-from offline_bundle import BASE_DIR_NAME, BASE_DRAFT_DIR_NAME, BUNDLE_DIR, DRAFT_DIR_NAME, WHISPER_DIR_NAME
+from speech.asr.decoding import DraftDecoder
+from speech.asr.transcriber import WhisperTranscriber
+from speech.audio import SAMPLE_RATE, decode
+from speech.errors import InvalidParametersError, ModelLoadError
+from tools.offline_bundle import BASE_DIR_NAME, BASE_DRAFT_DIR_NAME, BUNDLE_DIR, DRAFT_DIR_NAME, WHISPER_DIR_NAME
 
 CPU = torch.device("cpu")
 

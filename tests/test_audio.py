@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import SAMPLE_RATE, encode
 
-from audio import decode, request_bytes
-from errors import AudioTooLongError, AudioTooShortError, InvalidAudioError
+from speech.audio import decode, request_bytes
+from speech.errors import AudioTooLongError, AudioTooShortError, InvalidAudioError
 
 LIMIT = 10 * 1024 * 1024
 

@@ -16,9 +16,10 @@ from conftest import SAMPLE_RATE, encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audio import decode, request_bytes
-from diarization_utils import Chunk, Turn, attribute
-from errors import AudioTooLongError, EndpointError, InferenceTimeoutError, RequestCancelledError
+from speech.attribution import attribute
+from speech.audio import decode, request_bytes
+from speech.errors import AudioTooLongError, EndpointError, InferenceTimeoutError, RequestCancelledError
+from speech.types import Chunk, Turn
 
 
 def wav_header(data_bytes: int, channels: int = 1, rate: int = SAMPLE_RATE, bits: int = 16) -> bytes:

@@ -11,11 +11,11 @@ import pytest
 import torch
 from conftest import SAMPLE_RATE, encode
 
-import decoding
-from asr import _WINDOW_BUDGET
-from audio import decode
 from config import InferenceConfig
-from decoding import GumbelSampling, TokenBudget, WindowRows, is_looping, token_limit
+from speech.asr import decoding
+from speech.asr.decoding import GumbelSampling, TokenBudget, WindowRows, is_looping, token_limit
+from speech.asr.transcriber import _WINDOW_BUDGET
+from speech.audio import decode
 
 EOS, TIMESTAMP_BEGIN = 50256, 50363  # tiny.en
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
-import offline_bundle
-from offline_bundle import BUNDLE_DIR, PinnedWheel, fetch
+from tools import offline_bundle
+from tools.offline_bundle import BUNDLE_DIR, PinnedWheel, fetch
 
 
 @pytest.fixture(scope="module", params=offline_bundle.WHISPER_MODELS, ids=lambda source: source.name)
@@ -95,7 +95,9 @@ def test_diarization_pipeline_loads_from_the_bundle_like_a_hub_pipeline():
 
     folder = BUNDLE_DIR / offline_bundle.DIARIZATION_DIR_NAME
     pipeline = Pipeline.from_pretrained(folder)
-    assert type(pipeline).__module__ == "diarization_utils"
+    import diarization_utils
+
+    assert isinstance(pipeline, diarization_utils.SpeakerDiarization)  # the class config.yaml names
     embedding = Model.from_pretrained(folder / "embedding")
     assert embedding.dimension == 192
 
@@ -136,7 +138,7 @@ def test_single_pass_diarization_finds_the_sample_speakers(sample, sample_wavefo
     from pyannote.core import Annotation, Segment
     from pyannote.metrics.diarization import DiarizationErrorRate
 
-    from diarization_utils import diarize, load_pipeline
+    from speech.speakers.pipeline import diarize, load_pipeline
 
     folder = BUNDLE_DIR / offline_bundle.DIARIZATION_DIR_NAME
     diarization = diarize(load_pipeline(str(folder), None, torch.device("cpu"), single_pass=True), sample_waveform)
@@ -151,7 +153,7 @@ def test_single_pass_diarization_finds_the_sample_speakers(sample, sample_wavefo
 
 
 def test_single_pass_is_the_default_for_cam_plus_plus_pipelines():
-    from diarization_utils import load_pipeline
+    from speech.speakers.pipeline import load_pipeline
 
     folder = str(BUNDLE_DIR / offline_bundle.DIARIZATION_DIR_NAME)
     assert load_pipeline(folder, None, torch.device("cpu")).single_pass is True

@@ -1,4 +1,4 @@
-"""The command line as users run it: ``python -m cli transcribe FILE... --format ... --out DIR``."""
+"""The command line as users run it: ``python -m service.cli transcribe FILE... --format ... --out DIR``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from conftest import ROOT
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "cli", "transcribe", *args]
+    command = [sys.executable, "-m", "service.cli", "transcribe", *args]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 

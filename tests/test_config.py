@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from config import InferenceConfig, ModelSettings
-from errors import InvalidParametersError
-from offline_bundle import BUNDLE_DIR
+from speech.errors import InvalidParametersError
+from tools.offline_bundle import BUNDLE_DIR
 
 
 def test_defaults_are_the_offline_bundle(monkeypatch):

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from audio import pyannote_sample_path
-from cli import main
 from config import ServerSettings
-from endpoint_client import EndpointClient, RetryPolicy, transcribe_files
-from server import create_app
+from service.cli import main
+from service.endpoint_client import EndpointClient, RetryPolicy, transcribe_files
+from service.server import create_app
+from speech.audio import pyannote_sample_path
 
 CLIPS, CLIP_S, START_S, STEP_S = 20, 1.6, 6.0, 1.15  # 20 short slices of the call, where it has speech
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from formats import SubtitleOptions, cues, write_rttm, write_srt, write_text, write_vtt
+from speech.formats import SubtitleOptions, cues, write_rttm, write_srt, write_text, write_vtt
 
 SRT_TIME = r"(\d\d):(\d\d):(\d\d),(\d\d\d)"
 

@@ -12,7 +12,7 @@ from evaluate import score
 from metrics import normalize
 
 from config import InferenceConfig
-from errors import AudioTooShortError, InvalidAudioError, InvalidParametersError, RequestError
+from speech.errors import AudioTooShortError, InvalidAudioError, InvalidParametersError, RequestError
 
 
 def speaker_of(response: dict, phrase: str) -> str:

@@ -14,9 +14,9 @@ from conftest import SAMPLE_RATE, encode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audio import ACCEPTED_FORMATS
 from config import InferenceConfig
-from errors import EndpointError
+from speech.audio import ACCEPTED_FORMATS
+from speech.errors import EndpointError
 
 
 class Listener:

@@ -11,8 +11,8 @@ from conftest import ready
 from starlette.testclient import TestClient
 
 from config import ModelSettings, ServerSettings
-from errors import InvalidAudioError
-from server import create_app
+from service.server import create_app
+from speech.errors import InvalidAudioError
 
 
 def wait_for(client: TestClient, job_id: str, *statuses: str, timeout_s: float = 120) -> dict:
@@ -116,7 +116,7 @@ def test_bad_job_requests_are_named(tmp_path, method, path, body, status, messag
 def test_progress_from_numpy_counts_is_plain_json():
     import numpy as np
 
-    from jobs import JobProgress
+    from service.jobs import JobProgress
 
     progress = JobProgress().advanced("embeddings", np.int64(3), np.int64(6))
     expected = {"stage": "embeddings", "completed": 3, "total": 6, "fraction": 0.2}

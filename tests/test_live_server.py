@@ -1,4 +1,4 @@
-"""A real server process started as users start it (``python -m cli serve``), driven over HTTP on 127.0.0.1:
+"""A real server process started as users start it (``python -m service.cli serve``), driven over HTTP on 127.0.0.1:
 curl, the official OpenAI SDK (plain and streamed), and the demo page in headless Chromium (one request, and a job)."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def server(tmp_path_factory):
     env.update(JOBS_DIR=str(folder / "jobs"), DEMO_JOB_MIN_DURATION_S="45")  # the conversation (70 s) is a job
     log = folder / "server.log"
     with log.open("wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "cli", "serve"], cwd=ROOT, env=env, stderr=output)
+        process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], cwd=ROOT, env=env, stderr=output)
     url = f"http://127.0.0.1:{port}"
     statuses = []
     try:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diarization_utils import Chunk, Overlap, SpeakerSegment, Turn, TurnIndex
-from diarization_utils import attribute as attribute_pieces
+from speech.attribution import attribute as attribute_pieces
+from speech.speakers.turns import TurnIndex
+from speech.types import Chunk, Overlap, SpeakerSegment, Turn
 
 
 def attribute(pieces, turns, duration=60.0):

@@ -7,10 +7,10 @@ import torch
 from conftest import SENTENCES, kokoro_dialogue
 from pyannote.core import Segment
 
-from audio import SAMPLE_RATE
 from config import ModelSettings
-from diarization_utils import load_pipeline
-from missed_speakers import MissedSpeakers
+from speech.audio import SAMPLE_RATE
+from speech.speakers.missed_speakers import MissedSpeakers
+from speech.speakers.pipeline import load_pipeline
 
 # Two Kokoro voices of the test set (``bench/conversations.TEST_VOICES``), taking turns.
 VOICES = ("af_aoede", "am_adam")

@@ -17,12 +17,13 @@ import pytest
 import torch
 from metrics import normalize, word_errors
 
-from asr import Transcript, WhisperTranscriber, Window, find_holes
-from audio import SAMPLE_RATE, decode
 from config import InferenceConfig
-from diarization_utils import Chunk, Turn, TurnIndex
-from formats import write_srt
-from offline_bundle import BASE_DIR_NAME, BUNDLE_DIR
+from speech.asr.transcriber import Transcript, WhisperTranscriber, Window, find_holes
+from speech.audio import SAMPLE_RATE, decode
+from speech.formats import write_srt
+from speech.speakers.turns import TurnIndex
+from speech.types import Chunk, Turn
+from tools.offline_bundle import BASE_DIR_NAME, BUNDLE_DIR
 
 SPEECH = {
     "es": "Buenos días. Me llamo Carlos y vivo en Madrid. Hoy vamos a hablar del tiempo y de la comida española.",
@@ -42,7 +43,7 @@ def speak(voice: str) -> np.ndarray:
 def base() -> WhisperTranscriber:
     path = BUNDLE_DIR / BASE_DIR_NAME
     if not (path / "model.safetensors").exists():
-        pytest.skip(f"{path} is missing: python offline_bundle.py builds it")
+        pytest.skip(f"{path} is missing: python -m tools.offline_bundle builds it")
     return WhisperTranscriber(str(path), None, torch.device("cpu"), torch.float32)
 
 

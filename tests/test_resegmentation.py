@@ -7,8 +7,8 @@ import torch
 from pyannote.core import Segment
 
 from config import ModelSettings
-from diarization_utils import load_pipeline
-from resegmentation import Resegmentation
+from speech.speakers.pipeline import load_pipeline
+from speech.speakers.resegmentation import Resegmentation
 
 SHEILA = Segment(14.6, 17.7)  # "And I'm Sheila in Texas, originally from Chicago." (one voice)
 

@@ -16,8 +16,8 @@ from conftest import ready
 from starlette.testclient import TestClient
 
 from config import ModelSettings
-from errors import ServiceUnavailableError
-from server import HandlerSlot, WorkQueue, create_app
+from service.server import HandlerSlot, WorkQueue, create_app
+from speech.errors import ServiceUnavailableError
 
 
 def transcribe(client: TestClient, audio: bytes, **form) -> object:

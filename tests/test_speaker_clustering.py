@@ -4,7 +4,7 @@ spectral clustering of the missed-speaker search counts by the eigengap."""
 import numpy as np
 import pytest
 
-from speaker_clustering import SpeakerClustering, merge_similar, spectral_clusters
+from speech.speakers.clustering import SpeakerClustering, merge_similar, spectral_clusters
 
 
 def _voices(*groups: tuple[np.ndarray, int], seed: int = 0) -> np.ndarray:

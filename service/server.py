@@ -1,6 +1,6 @@
 """Local server around ``EndpointHandler``: the Inference Endpoints contract, OpenAI-compatible routes, a demo page.
 
-``python -m cli serve`` (or ``make serve``) listens on 127.0.0.1:8000 (``HOST``/``PORT``). Routes:
+``python -m service.cli serve`` (or ``make serve``) listens on 127.0.0.1:8000 (``HOST``/``PORT``). Routes:
 
 - ``POST /`` and ``/predict``: JSON ``{"inputs": base64, "parameters": {...}}``, or raw audio bytes (``audio/*``,
   ``application/octet-stream``) with the parameters in the query string;
@@ -46,9 +46,12 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-from audio import request_bytes
 from config import InferenceConfig, ModelSettings, ServerSettings
-from errors import (
+from handler import EndpointHandler
+from service.jobs import JobStore
+from service.streaming import StreamEvent, TextDelta, TurnUpdate
+from speech.audio import request_bytes
+from speech.errors import (
     AudioTooLongError,
     EndpointError,
     InvalidAudioError,
@@ -57,11 +60,8 @@ from errors import (
     RequestError,
     ServiceUnavailableError,
 )
-from formats import WRITERS, write_srt, write_vtt
-from handler import EndpointHandler
-from jobs import JobStore
-from streaming import StreamEvent, TextDelta, TurnUpdate
-from voiceprints import MAX_REFERENCE_BYTES
+from speech.formats import WRITERS, write_srt, write_vtt
+from speech.speakers.voiceprints import MAX_REFERENCE_BYTES
 
 logger = logging.getLogger("server")
 

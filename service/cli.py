@@ -1,10 +1,10 @@
 """Command line: transcribe and diarize files, or run the local server.
 
-python -m cli transcribe                                  # the pyannote sample call, as JSON
-python -m cli transcribe call.mp3 meeting.wav --format srt --out subtitles/ --num-speakers 2
-python -m cli transcribe --endpoint URL --out out/ *.wav  # the same, on a deployed endpoint (resumable)
-python -m cli transcribe --consistent-speakers --format txt calls/*.wav  # one voice, one label in every file
-python -m cli serve                                       # http://127.0.0.1:8000 (HOST / PORT)
+python -m service.cli transcribe                                  # the pyannote sample call, as JSON
+python -m service.cli transcribe call.mp3 meeting.wav --format srt --out subtitles/ --num-speakers 2
+python -m service.cli transcribe --endpoint URL --out out/ *.wav  # the same, on a deployed endpoint (resumable)
+python -m service.cli transcribe --consistent-speakers --format txt calls/*.wav  # one voice, one label in every file
+python -m service.cli serve                                       # http://127.0.0.1:8000 (HOST / PORT)
 
 ``transcribe`` takes the endpoint's request parameters as options (``--return-timestamps word``...); known speaker
 references are audio files, known speaker embeddings a JSON file (a response's ``speaker_embeddings``).
@@ -21,10 +21,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from audio import pyannote_sample_path
 from config import InferenceConfig, ServerSettings
-from errors import EndpointError
-from formats import WRITERS
+from speech.audio import pyannote_sample_path
+from speech.errors import EndpointError
+from speech.formats import WRITERS
 
 
 def _add_parameter_options(parser: argparse.ArgumentParser) -> None:
@@ -147,7 +147,7 @@ class _Voices:
 
 
 def _transcribe_at_endpoint(args: argparse.Namespace, parameters: dict) -> int:
-    from endpoint_client import EndpointClient, transcribe_files
+    from service.endpoint_client import EndpointClient, transcribe_files
 
     try:
         client = EndpointClient(args.endpoint, args.token or os.environ.get("HF_TOKEN") or None)
@@ -168,7 +168,7 @@ def serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from server import create_app
+    from service.server import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ServerSettings()
@@ -179,7 +179,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cli", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m service.cli", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("transcribe", help="transcribe and diarize audio files")
     run.add_argument("files", nargs="*", type=Path, help="audio files (default: the pyannote sample)")

@@ -23,7 +23,7 @@ from typing import Literal
 import anyio
 import anyio.to_thread
 
-from errors import EndpointError, RequestCancelledError, RequestError, ServiceUnavailableError
+from speech.errors import EndpointError, RequestCancelledError, RequestError, ServiceUnavailableError
 
 JobStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
 Handler = Callable[..., dict]

@@ -20,16 +20,16 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from audio import decode, request_bytes
-from errors import AudioTooShortError, InvalidParametersError
+from speech.audio import decode, request_bytes
+from speech.errors import AudioTooShortError, InvalidParametersError
 
 if TYPE_CHECKING:
     from config import InferenceConfig
-    from diarization_utils import Diarization
+    from speech.types import Diarization
 
 MATCH_THRESHOLD = 0.605
 """Cosine similarity from which a speaker takes a reference's name (CAM++ of the offline bundle; measured by
-``bench/calibrate_voiceprints.py``, results in ``bench/results-voiceprints.txt``)."""
+``bench/calibrate_voiceprints.py``, results in ``bench/results/voiceprint-calibration.txt``)."""
 MAX_AUDIO_REFERENCES = 8
 """Most ``known_speaker_references`` in one request (OpenAI's API takes 4)."""
 MAX_EMBEDDING_REFERENCES = 64

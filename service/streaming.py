@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from diarization_utils import SpeakerSegment
+from speech.types import SpeakerSegment
 
 _SETTLING_WORDS = 4
 """A turn is sent once the next turn's first word has this many words after it: the attribution moves a speaker
-change by at most three words (``diarization_utils._snap_changes_to_sentence_ends``)."""
+change by at most three words (``speech.attribution._snap_changes_to_sentence_ends``)."""
 
 
 @dataclass(frozen=True)

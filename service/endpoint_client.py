@@ -1,4 +1,5 @@
-"""Many files against a deployed endpoint (an Inference Endpoint, or ``python -m cli serve``), standard library only.
+"""Many files against a deployed endpoint (an Inference Endpoint, or ``python -m service.cli serve``), standard
+library only.
 
 Each file is one ``POST`` of ``{"inputs": base64, "parameters": {...}}``, up to ``concurrency`` at a time. HTTP 429,
 5xx, connection errors and timeouts are retried with exponential backoff and jitter (at least ``Retry-After``);
@@ -30,7 +31,7 @@ from typing import Literal
 from tqdm import tqdm
 
 from config import InferenceConfig
-from formats import WRITERS
+from speech.formats import WRITERS
 
 SCALE_UP_TIMEOUT_S = 600
 """Sent as ``X-Scale-Up-Timeout``: how long Inference Endpoints hold a request while a scaled-to-zero endpoint

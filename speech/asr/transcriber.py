@@ -13,10 +13,9 @@ from transformers import AutoConfig, WhisperForCausalLM, WhisperForConditionalGe
 from transformers.generation.logits_process import LogitsProcessorList
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE, _split_tokens_on_unicode
 
-from alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, DecoderPass, token_times
-from audio import SAMPLE_RATE
 from config import InferenceConfig
-from decoding import (
+from speech.asr.alignment import FRAME_S, MEL_FRAME_S, CrossAttentionAligner, DecoderPass, token_times
+from speech.asr.decoding import (
     MIN_TOKENS,
     DraftCounts,
     GumbelSampling,
@@ -27,9 +26,11 @@ from decoding import (
     is_looping,
     token_limit,
 )
-from diarization_utils import Chunk, Progress, Turn, TurnIndex
-from errors import InvalidParametersError, ModelLoadError
-from formats import ends_sentence, is_spaced
+from speech.audio import SAMPLE_RATE
+from speech.errors import InvalidParametersError, ModelLoadError
+from speech.formats import ends_sentence, is_spaced
+from speech.speakers.turns import TurnIndex
+from speech.types import Chunk, Progress, Turn
 
 _QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the last seconds of each window
 _ENERGY_FRAME_S = 0.02

@@ -13,7 +13,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from errors import AudioTooLongError, AudioTooShortError, InvalidAudioError
+from speech.errors import AudioTooLongError, AudioTooShortError, InvalidAudioError
 
 SAMPLE_RATE = 16000
 MIN_DURATION_S = 0.1

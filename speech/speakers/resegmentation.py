@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from pyannote.core import Annotation, Segment, Timeline
 
-from speaker_clustering import centroid
+from speech.speakers.clustering import centroid
 
 if TYPE_CHECKING:  # CAM++ (speakerlab) is imported only by a pipeline that uses it
-    from campplus import CAMPPlusEmbedding
+    from speech.speakers.campplus import CAMPPlusEmbedding
 
 _BATCH = 256
 """Sliding windows pooled at once (256 x 1 s of 512-channel frames: about 26 MB)."""

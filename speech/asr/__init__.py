@@ -1,0 +1,1 @@
+"""Speech recognition with Whisper: windows, decoding (assisted or not), word timing, language."""

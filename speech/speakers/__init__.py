@@ -1,0 +1,1 @@
+"""Who spoke when: the pyannote pipeline and the project's steps around it, and voiceprints."""

@@ -1,0 +1,201 @@
+"""The pyannote diarization pipeline: loading it, the project's subclass (single pass, missed speakers,
+resegmentation), and running it on a waveform."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from pyannote.audio import Pipeline
+from pyannote.audio.core.plda import PLDA
+from pyannote.audio.pipelines import SpeakerDiarization as PyannoteSpeakerDiarization
+from pyannote.core import SlidingWindowFeature
+
+from speech.audio import SAMPLE_RATE
+from speech.errors import ModelLoadError
+from speech.speakers.clustering import SpeakerClustering
+from speech.speakers.confidence import speaker_evidence
+from speech.speakers.missed_speakers import MissedSpeakers
+from speech.speakers.resegmentation import Resegmentation
+from speech.types import Diarization, Overlap, Progress, Turn
+
+FEATURES = "campplus_features"
+"""Where the single pass leaves the recording's CAM++ features in pyannote's ``file``."""
+
+
+class NoPLDA(PLDA):
+    """Stands in for a PLDA that an embedding model does not have; only non-VBx clustering may use it."""
+
+    def __init__(self) -> None:
+        pass
+
+    def __call__(self, embeddings: np.ndarray) -> np.ndarray:
+        raise RuntimeError("this pipeline has no PLDA; use a clustering other than VBxClustering")
+
+
+class SpeakerDiarization(PyannoteSpeakerDiarization):
+    """pyannote's speaker diarization for embeddings that come without a PLDA (e.g. CAM++).
+
+    ``plda=None`` is allowed with any clustering but ``VBxClustering``, which needs a trained PLDA.
+    ``clustering``: one of pyannote's, or ``SpeakerClustering`` (``speaker_clustering``; the offline default's).
+    With ``single_pass`` set (CAM++ only, see ``load_pipeline``), the embedding network runs once over the
+    recording instead of once per window (``CAMPPlusEmbedding.embed_recording``); with ``resegment`` as well, its
+    features then correct who speaks when (``resegmentation.Resegmentation``), and with ``missed_speakers`` they
+    first add the voices the clustering missed (``missed_speakers.MissedSpeakers``; not when ``num_speakers`` is
+    given, and up to ``max_speakers``).
+    """
+
+    single_pass = False
+
+    def __init__(
+        self,
+        *,
+        plda=None,
+        clustering: str = "AgglomerativeClustering",
+        resegment: bool = False,
+        missed_speakers: bool = False,
+        **kwargs,
+    ):
+        if plda is None and clustering == "VBxClustering":
+            raise ValueError("VBxClustering needs a PLDA")
+        self.resegmentation = Resegmentation() if resegment else None
+        self.missed_speakers = MissedSpeakers() if missed_speakers else None
+        ours = clustering == SpeakerClustering.__name__
+        plda = NoPLDA() if plda is None else plda
+        super().__init__(plda=plda, clustering="AgglomerativeClustering" if ours else clustering, **kwargs)
+        if ours:
+            self.klustering = clustering
+            self.clustering = SpeakerClustering(metric=self.clustering.metric)
+
+    @property
+    def embedding_model(self) -> torch.nn.Module | None:
+        return getattr(self._embedding, "model_", None)
+
+    def apply(self, file, *args, **kwargs):
+        """pyannote's diarization, then the missed speakers and the resegmentation on the features the single pass
+        left in ``file``."""
+        output = super().apply(file, *args, **kwargs)
+        features = file.pop(FEATURES, None)
+        if self.resegmentation is None or features is None or getattr(output, "speaker_embeddings", None) is None:
+            return output
+        diarization = output.speaker_diarization
+        labels = list(diarization.labels())
+        centroids = output.speaker_embeddings[: len(labels)]
+        if self.missed_speakers is not None and kwargs.get("num_speakers") is None:
+            room = None if kwargs.get("max_speakers") is None else max(0, kwargs["max_speakers"] - len(labels))
+            missed = self.missed_speakers(self.embedding_model, features, diarization, centroids, room)
+            if len(missed):  # scaled like the clustering's centroids
+                labels += _new_labels(labels, len(missed))
+                centroids = np.vstack([centroids, missed * np.linalg.norm(centroids, axis=1).mean()])
+        output.speaker_diarization, output.exclusive_speaker_diarization = self.resegmentation(
+            self.embedding_model, features, diarization, output.exclusive_speaker_diarization, centroids, labels
+        )
+        output.speaker_embeddings = centroids[[labels.index(label) for label in output.speaker_diarization.labels()]]
+        return output
+
+    def get_embeddings(
+        self,
+        file,
+        binary_segmentations: SlidingWindowFeature,
+        exclude_overlap: bool = False,
+        hook: Callable | None = None,
+    ) -> np.ndarray:
+        """(windows, local speakers, dimension) embeddings as pyannote's; with ``single_pass``, from one CAM++ pass."""
+        if self.training or not self.single_pass:
+            return super().get_embeddings(file, binary_segmentations, exclude_overlap=exclude_overlap, hook=hook)
+        model = self.embedding_model
+        window = binary_segmentations.sliding_window
+        masks = np.nan_to_num(binary_segmentations.data, nan=0.0).astype(np.float32)
+        if exclude_overlap:
+            # As pyannote: leave out overlapped frames unless too little of the speaker would remain.
+            num_frames = masks.shape[1]
+            min_num_frames = math.ceil(
+                num_frames * self._embedding.min_num_samples / (window.duration * self._embedding.sample_rate)
+            )
+            clean = masks * (masks.sum(axis=2, keepdims=True) < 2)
+            masks = np.where(clean.sum(axis=1, keepdims=True) > min_num_frames, clean, masks)
+        waveform, _ = self._audio(file)
+        starts = window.start + window.step * np.arange(len(masks))
+
+        def progress(completed: int, total: int) -> None:
+            if hook is not None:
+                hook("embeddings", None, total=total, completed=completed)
+
+        weights = masks.transpose(0, 2, 1).copy()
+        embeddings, file[FEATURES] = model.embed_recording(  # the features for the resegmentation, after the clustering
+            waveform.to(model.device), starts, window.duration, weights, self.embedding_batch_size, progress
+        )
+        return embeddings
+
+
+def _new_labels(labels: list[str], count: int) -> list[str]:
+    """``count`` labels after pyannote's ``SPEAKER_00``, ``SPEAKER_01``... that ``labels`` does not use."""
+    free = (f"SPEAKER_{k:02d}" for k in itertools.count())
+    return list(itertools.islice((label for label in free if label not in labels), count))
+
+
+def load_pipeline(model: str, token: str | None, device: torch.device, single_pass: bool | None = None) -> Pipeline:
+    """Load a diarization pipeline from a hub id or a local folder holding ``config.yaml``.
+
+    ``single_pass``: compute CAM++ embeddings in one pass over each recording (``SpeakerDiarization``);
+    ``None``: whenever the pipeline can.
+    """
+    pipeline = Pipeline.from_pretrained(model, token=token)
+    if pipeline is None:
+        raise ModelLoadError(
+            f"could not load the diarization pipeline {model!r}: for gated pyannote models accept their "
+            "conditions on the hub and set HF_TOKEN"
+        )
+    can = isinstance(pipeline, SpeakerDiarization) and hasattr(pipeline.embedding_model, "embed_recording")
+    if single_pass and not can:
+        raise ModelLoadError(
+            f"DIARIZATION_SINGLE_PASS needs a pipeline with a CAM++ embedding (the offline default), not {model!r}"
+        )
+    if can:
+        pipeline.single_pass = single_pass is not False
+    return pipeline.to(device)
+
+
+def diarize(
+    pipeline: Pipeline,
+    waveform: np.ndarray,
+    num_speakers: int | None = None,
+    min_speakers: int | None = None,
+    max_speakers: int | None = None,
+    progress: Progress | None = None,
+) -> Diarization:
+    """Run ``pipeline`` on a 16 kHz mono waveform; ``progress(step, completed, total)`` follows its batches."""
+
+    artifacts: dict[str, object] = {}
+
+    def hook(step: str, artifact: object, file: object = None, total: int | None = None, completed: int | None = None):
+        if progress is not None and total:
+            progress(step, min(completed or 0, total), total)
+        if artifact is not None and step in ("segmentation", "embeddings"):
+            artifacts[step] = artifact
+
+    audio = {"waveform": torch.from_numpy(waveform)[None], "sample_rate": SAMPLE_RATE, "uri": "request"}
+    output = pipeline(audio, num_speakers=num_speakers, min_speakers=min_speakers, max_speakers=max_speakers, hook=hook)
+    full = getattr(output, "speaker_diarization", output)
+    exclusive = getattr(output, "exclusive_speaker_diarization", output)
+    turns = [
+        Turn(str(speaker), float(segment.start), float(segment.end))
+        for segment, _, speaker in exclusive.itertracks(yield_label=True)
+    ]
+    overlaps = [
+        Overlap(
+            tuple(str(label) for label in sorted(full.crop(region).labels())), float(region.start), float(region.end)
+        )
+        for region in full.get_overlap()
+    ]
+    centroids = getattr(output, "speaker_embeddings", None)  # rows in the order of ``full.labels()``
+    labels = [str(label) for label in full.labels()]
+    embeddings = {} if centroids is None else dict(zip(labels, centroids, strict=True))
+    evidence = None
+    if centroids is not None and len(artifacts) == 2:
+        duration = len(waveform) / SAMPLE_RATE
+        evidence = speaker_evidence(artifacts["segmentation"], artifacts["embeddings"], centroids, labels, duration)
+    return Diarization(sorted(turns, key=lambda turn: (turn.start, turn.end)), overlaps, embeddings, evidence)
