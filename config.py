@@ -46,8 +46,9 @@ class ModelSettings(BaseSettings):
 
     diarization_single_pass: bool | None = None
     """Run the CAM++ embedding network once over the recording, in 12 s tiles, instead of once per 10 s window:
-    about 3x less diarization time, the same quality on the evaluation recordings (``docs/benchmarks.md``). Unset = whenever the pipeline's embedding is CAM++ (the offline default); ``true`` = an error for
-    other pipelines; ``false`` = per window, as pyannote."""
+    about 3x less diarization time, the same quality on the evaluation recordings (``docs/benchmarks.md``). Unset
+    = whenever the pipeline's embedding is CAM++ (the offline default); ``true`` = an error for other pipelines;
+    ``false`` = per window, as pyannote."""
 
     warm_up: bool | None = None
     """Run a real recording (pyannote's 30 s sample) through the endpoint at load, with plain and with assisted

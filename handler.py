@@ -1,7 +1,12 @@
-"""Hugging Face Inference Endpoints custom handler: speaker-attributed transcripts from one request."""
+"""Hugging Face Inference Endpoints custom handler: speaker-attributed transcripts from one request.
+
+A request goes one way: validate (every parameter, before any audio is decoded) -> decode -> diarize -> identify
+(known speakers) -> transcribe -> attribute (words to speakers) -> serialize (``speech.formats``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -14,14 +19,16 @@ import transformers
 
 from config import InferenceConfig, ModelSettings
 from service.streaming import Emit, LiveTranscript
-from speech.asr.transcriber import Transcript, WhisperTranscriber
-from speech.attribution import attribute
-from speech.audio import decode, pyannote_sample_path, request_bytes
-from speech.errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError, RequestError
-from speech.formats import WRITERS
+from speech.asr.model import Whisper
+from speech.asr.transcriber import WhisperTranscriber
+from speech.attribution import attribute, within_speech
+from speech.audio import decode, pyannote_sample_path
+from speech.errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError
+from speech.formats import toolkit_json
 from speech.speakers.pipeline import diarize, load_pipeline
-from speech.speakers.voiceprints import SpeakerEmbedder, identify, references
-from speech.types import NO_DIARIZATION, Diarization, Progress, SpeakerSegment
+from speech.speakers.voiceprints import Identification, SpeakerEmbedder, identify
+from speech.types import NO_DIARIZATION, AttributedWord, Diarization, Progress, Response, SpeakerSegment, Transcript
+from speech.validation import ValidRequest, validate
 from tools.offline_bundle import BUNDLE_DIR
 
 transformers.logging.set_verbosity_error()  # generate()'s notices about options it sets itself
@@ -41,9 +48,8 @@ class EndpointHandler:
             if model and Path(model).is_relative_to(BUNDLE_DIR) and not Path(model).exists():
                 raise ModelLoadError(f"{model} is missing: build the offline bundle with `make bundle`")
         device, dtype, token = self.settings.torch_device, self.settings.torch_dtype, self.settings.token
-        self.transcriber = WhisperTranscriber(
-            self.settings.asr_model, self.settings.assistant_model, device, dtype, token
-        )
+        self.whisper = Whisper(self.settings.asr_model, self.settings.assistant_model, device, dtype, token)
+        self.transcriber = WhisperTranscriber(self.whisper)
         self.diarization = (
             load_pipeline(self.settings.diarization_model, token, device, self.settings.diarization_single_pass)
             if self.settings.diarization_model
@@ -56,17 +62,22 @@ class EndpointHandler:
                 self({"inputs": sample, "parameters": {"assisted": assisted}})
 
     def __call__(self, data: dict, progress: Progress | None = None, emit: Emit | None = None) -> dict:
-        """``{"inputs": base64 text | bytes, "parameters": {...}}`` -> text, chunks and speaker turns.
+        """``{"inputs": base64 text | bytes, "parameters": {...}}`` -> the toolkit JSON: text, chunks and speaker
+        turns (``speech.formats.toolkit_json``); see ``respond``."""
+        return toolkit_json(self.respond(data, progress, emit))
+
+    def respond(self, data: dict, progress: Progress | None = None, emit: Emit | None = None) -> Response:
+        """One request, as a typed ``Response``.
 
         ``progress(stage, completed, total)`` is called before decoding and as diarization and transcription
         advance (every batch); an exception it raises stops the request there (e.g. when the client has gone).
-        With ``emit``, the transcript also goes out while it is decoded (``streaming.LiveTranscript``): the
+        With ``emit``, the transcript also goes out while it is decoded (``service.streaming.LiveTranscript``): the
         diarization runs first, so each batch of windows is attributed to its final speakers at once.
         Every failure comes out as an ``EndpointError`` whose message stands alone (the Inference Endpoints
         toolkit answers ``{"error": str(exception)}``); nothing else escapes.
         """
         try:
-            return self._serve(data, progress, emit)
+            return self._respond(data, self._checkpoint(progress), emit)
         except EndpointError:
             raise
         except torch.OutOfMemoryError:
@@ -74,110 +85,85 @@ class EndpointHandler:
         except Exception as error:
             raise InferenceError(f"processing the request failed ({type(error).__name__})") from error
 
-    def _serve(self, data: dict, progress: Progress | None, emit: Emit | None) -> dict:
-        """One request, from validation to the response; ``__call__`` turns its failures into project errors."""
-        if not isinstance(data, dict) or "inputs" not in data:
-            raise RequestError('the request must be an object with "inputs" (base64 audio) and optional "parameters"')
-        config = InferenceConfig.from_parameters(data.get("parameters"))
-        checkpoint = self._checkpoint(progress)
+    def _respond(self, data: dict, checkpoint: Progress, emit: Emit | None) -> Response:
+        """validate -> decode -> diarize -> identify -> transcribe -> attribute."""
+        request = validate(data, self.whisper, self.embedder, self.settings)
+        config, settings = request.config, self.settings
         checkpoint("decoding", 0, 1)
-        known = references(config, self.embedder, self.settings.max_audio_duration_s, self.settings.decode_timeout_s)
-        data_bytes = request_bytes(data["inputs"], self.settings.max_request_bytes)
-        audio = decode(data_bytes, self.settings.max_audio_duration_s, self.settings.decode_timeout_s)
-        self.transcriber.validate(config)
-        diarization = (
-            diarize(
-                self.diarization,
-                audio.waveform,
-                config.num_speakers,
-                config.min_speakers,
-                config.max_speakers,
-                checkpoint,
-            )
-            if self.diarization is not None
-            else NO_DIARIZATION
-        )
-        identified = identify(diarization, known, config.speaker_match_threshold, self.embedder and self.embedder.model)
-        diarization = identified.diarization
-
-        def merge(transcript: Transcript) -> tuple[Transcript, int, list[str | None], list[SpeakerSegment]]:
-            """The transcript less its segments away from speech (with diarization) and their number, each word's
-            speaker, and the speaker turns."""
-            unspoken = 0
-            if self.diarization is not None:
-                transcript, unspoken = transcript.within_speech(diarization.turns)
-            separator = " " if transcript.spaced else ""
-            word_speakers, turns = attribute(
-                transcript.words, diarization.turns, audio.duration, diarization.overlaps, separator
-            )
-            return transcript, unspoken, word_speakers, turns
-
+        audio = decode(request.audio, settings.max_audio_duration_s, settings.decode_timeout_s)
+        diarization = NO_DIARIZATION
+        if self.diarization is not None:
+            hints = (config.num_speakers, config.min_speakers, config.max_speakers)
+            diarization = diarize(self.diarization, audio.waveform, *hints, checkpoint)
+        model = self.embedder and self.embedder.model
+        identified = identify(diarization, request.known, config.speaker_match_threshold, model)
         live = LiveTranscript(emit) if emit is not None else None
 
         def decoded(partial: Transcript) -> None:
-            kept, _, word_speakers, turns = merge(partial)
+            kept, word_speakers, turns = self._attribute(partial, identified.diarization)
             live.update(kept.text, word_speakers, turns, final=False)
 
+        speech = identified.diarization.turns if self.diarization is not None else None
+        on_batch = decoded if live is not None else None
         transcript = self.transcriber.transcribe(
-            audio.waveform,
-            config,
-            checkpoint,
-            decoded if live is not None else None,
-            diarization.turns if self.diarization is not None else None,
+            audio.waveform, config, request.recognition, checkpoint, on_batch, speech
         )
         checkpoint("merge", 0, 1)
-        warnings = list(transcript.warnings)
-        transcript, unspoken, word_speakers, speakers = merge(transcript)
-        if live is not None:
-            live.update(transcript.text, word_speakers, speakers, final=True)
+        return self._response(request, transcript, identified, audio.duration, live)
+
+    def _attribute(
+        self, transcript: Transcript, diarization: Diarization
+    ) -> tuple[Transcript, list[str | None], list[SpeakerSegment]]:
+        """The transcript less its segments away from speech (with diarization), each word's speaker, and the
+        speaker turns."""
         if self.diarization is not None:
+            transcript, _ = within_speech(transcript, diarization.turns)
+        separator = " " if transcript.spaced else ""
+        word_speakers, turns = attribute(transcript.words, diarization.turns, diarization.overlaps, separator)
+        return transcript, word_speakers, turns
+
+    def _response(
+        self,
+        request: ValidRequest,
+        heard: Transcript,
+        identified: Identification,
+        duration: float,
+        live: LiveTranscript | None,
+    ) -> Response:
+        """The words attributed to the identified speakers, with what the client should know."""
+        config, diarization = request.config, identified.diarization
+        transcript, word_speakers, turns = self._attribute(heard, diarization)
+        if live is not None:
+            live.update(transcript.text, word_speakers, turns, final=True)
+        warnings = list(transcript.warnings)
+        if self.diarization is not None:
+            unspoken = len(heard.segments) - len(transcript.segments)
             if unspoken:
                 warnings.append(f"{unspoken} transcribed segment(s) away from any detected speech were left out")
-            found = len({turn.speaker for turn in diarization.turns})
-            warnings += _speaker_count_warnings(config, found)
-        response = {
-            "text": transcript.text,
-            "chunks": [{"text": c.text, "timestamp": [c.start, c.end]} for c in transcript.chunks],
-            "speakers": [
-                {
-                    "speaker": s.speaker,
-                    "text": s.text,
-                    "timestamp": [round(s.start, 3), round(s.end, 3)],
-                    "confidence": _confidence(diarization, s.speaker, s.start, s.end),
-                }
-                for s in speakers
-            ],
-            "overlaps": [
-                {"speakers": list(o.speakers), "timestamp": [round(o.start, 3), round(o.end, 3)]}
-                for o in diarization.overlaps
-            ],
-            "language": transcript.language,
-            "language_probability": round(transcript.language_probability, 3),
-            "duration": round(audio.duration, 3),
-            "decoding": transcript.decoding.to_dict(),
-            "warnings": warnings,
-            "parameters": {
-                **config.model_dump(),
-                "batch_size": config.effective_batch_size,
-                "language": transcript.language,
-            },
-            **identified.response_fields(config),
-        }
-        words = [
-            {
-                "word": w.text,
-                "start": w.start,
-                "end": w.end,
-                "speaker": speaker,
-                "speaker_confidence": _confidence(diarization, speaker, w.start, w.end),
-            }
-            for w, speaker in zip(transcript.words, word_speakers, strict=True)
-        ]
-        if config.response_format != "json":  # subtitle cues follow the words, asked for or not
-            response[config.response_format] = WRITERS[config.response_format]({**response, "words": words}, "audio")
-        if config.return_timestamps == "word":
-            response["words"] = words
-        return response
+            warnings += _speaker_count_warnings(config, len({turn.speaker for turn in diarization.turns}))
+        words = tuple(
+            AttributedWord(word, speaker, diarization.confidence(speaker, word.start, word.end))
+            for word, speaker in zip(transcript.words, word_speakers, strict=True)
+        )
+        turns = tuple(
+            dataclasses.replace(turn, confidence=diarization.confidence(turn.speaker, turn.start, turn.end))
+            for turn in turns
+        )
+        parameters = {**config.model_dump(), "batch_size": config.effective_batch_size}
+        parameters["language"] = transcript.language
+        voiceprints = tuple(identified.voiceprints) if config.return_embeddings else None
+        overlaps = tuple(diarization.overlaps)
+        return Response(
+            transcript,
+            words,
+            turns,
+            overlaps,
+            duration,
+            tuple(warnings),
+            parameters,
+            tuple(identified.matches),
+            voiceprints,
+        )
 
     def _checkpoint(self, progress: Progress | None) -> Progress:
         """A progress hook that also enforces ``inference_timeout_s``, then calls the caller's ``progress``."""
@@ -191,11 +177,6 @@ class EndpointHandler:
                 progress(stage, completed, total)
 
         return checkpoint
-
-
-def _confidence(diarization: Diarization, speaker: str | None, start: float | None, end: float | None) -> float | None:
-    """How sure the assignment of ``speaker`` to [start, end] is, from 0 to 1 (``speaker_confidence``)."""
-    return None if diarization.evidence is None else diarization.evidence.confidence(speaker, start, end)
 
 
 def _speaker_count_warnings(config: InferenceConfig, found: int) -> list[str]:

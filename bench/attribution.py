@@ -5,7 +5,7 @@ every candidate attribution is scored on the same words and turns.
 
 Each ``NAME=FOLDER`` is a set of recordings with references (``*.stm`` beside ``*.wav``, or ``bench/corpus.py``
 JSON); ``sample`` is the pyannote sample. The words (the endpoint's transcript, less what lies away from speech) and
-the diarization of each recording come from the offline default and are kept in ``bench/results/attribution-cache``
+the diarization of each recording come from the offline default and are kept in ``bench/cache/attribution``
 (delete it after changing either). Scores per set and candidate: pooled WER, cpWER, the gap between them (the
 attribution error alone), DER of the speaker turns, and recordings whose number of speakers is right.
 """
@@ -27,12 +27,12 @@ from speaker_count import read_set
 
 from config import InferenceConfig
 from speech import attribution
-from speech.attribution import attribute
-from speech.formats import ends_sentence
+from speech.attribution import attribute, within_speech
 from speech.speakers import pipeline as diarization_pipeline
-from speech.types import Chunk, Diarization
+from speech.text import ends_sentence
+from speech.types import Diarization, Word
 
-CACHE = Path(__file__).resolve().parent / "results" / "attribution-cache"
+CACHE = Path(__file__).resolve().parent / "cache" / "attribution"
 
 
 class Recordings:
@@ -41,7 +41,7 @@ class Recordings:
     def __init__(self) -> None:
         self.handler = None
 
-    def get(self, reference: Reference) -> tuple[list[Chunk], bool, Diarization, float]:
+    def get(self, reference: Reference) -> tuple[list[Word], bool, Diarization, float]:
         data = reference.audio.read_bytes()
         path = CACHE / f"{reference.name}-{hashlib.sha256(data).hexdigest()[:12]}.pickle"
         if path.exists():
@@ -53,16 +53,16 @@ class Recordings:
         audio = decode(data, 7200, 60)
         diarization = diarization_pipeline.diarize(self.handler.diarization, audio.waveform)
         transcript = self.handler.transcriber.transcribe(audio.waveform, InferenceConfig(), speech=diarization.turns)
-        transcript, _ = transcript.within_speech(diarization.turns)
+        transcript, _ = within_speech(transcript, diarization.turns)
         found = (transcript.words, transcript.spaced, diarization, audio.duration)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(pickle.dumps(found))
         return found
 
 
-def response(words: list[Chunk], spaced: bool, diarization: Diarization, duration: float) -> dict:
+def response(words: list[Word], spaced: bool, diarization: Diarization, duration: float) -> dict:
     separator = " " if spaced else ""
-    _, turns = attribute(words, diarization.turns, duration, diarization.overlaps, separator)
+    _, turns = attribute(words, diarization.turns, diarization.overlaps, separator)
     return {
         "text": separator.join(word.text for word in words),
         "speakers": [{"speaker": t.speaker, "text": t.text, "timestamp": [t.start, t.end]} for t in turns],

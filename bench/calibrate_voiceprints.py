@@ -1,6 +1,6 @@
 """Calibrate ``voiceprints.MATCH_THRESHOLD``: from what cosine similarity a diarized speaker takes a known name.
 
-    python bench/calibrate_voiceprints.py               # writes bench/results/voiceprint-calibration.txt
+    python bench/calibrate_voiceprints.py               # writes bench/measurements/voiceprint-calibration.txt
     python bench/calibrate_voiceprints.py --rounds 1 --out x.txt  # every voice in one conversation only
 
 Conversations of three Kokoro voices (``bench/conversations.py``'s synthesis and cache), each voice saying three
@@ -297,7 +297,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="conversations per voice (default: 2)")
     parser.add_argument(
-        "--out", type=Path, default=Path(__file__).resolve().parent / "results/voiceprint-calibration.txt"
+        "--out", type=Path, default=Path(__file__).resolve().parent / "measurements/voiceprint-calibration.txt"
     )
     args = parser.parse_args()
     settings = ModelSettings()

@@ -5,7 +5,7 @@
 
 Each ``NAME=FOLDER`` is a set of recordings with references (``*.stm`` beside ``*.wav``, or ``bench/corpus.py``
 JSON); ``sample`` is the pyannote sample, ``sample:15`` its first 15 s. The segmentation and the embeddings of each
-recording are computed once by the offline default's pipeline and kept in ``bench/results/clustering-cache``; every
+recording are computed once by the offline default's pipeline and kept in ``bench/cache/clustering``; every
 candidate clustering then runs on the same embeddings, so a grid takes seconds. ``--split-pauses 0.2`` cuts each
 local speaker of a window at its pauses before the embeddings (``split_at_pauses``); ``--resegment-grid`` scores
 settings of the resegmentation (``resegmentation.Resegmentation``) after the default clustering, ``--missed-grid``
@@ -50,7 +50,7 @@ from speech.speakers.missed_speakers import MissedSpeakers
 from speech.speakers.pipeline import FEATURES, load_pipeline
 from speech.speakers.resegmentation import Resegmentation, active_frames, runs
 
-CACHE = Path(__file__).resolve().parent / "results" / "clustering-cache"
+CACHE = Path(__file__).resolve().parent / "cache" / "clustering"
 
 
 def read_set(spec: str) -> tuple[str, list[Reference]]:

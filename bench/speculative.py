@@ -81,19 +81,23 @@ def main() -> None:
     files = args.files or [pyannote_sample_path(), *sorted(CORPUS.glob("*.wav"))]
 
     import handler  # noqa: F401  (quiet transformers, as the endpoint runs it)
-    from speech.asr.transcriber import WhisperTranscriber, split_windows
+    from speech.asr.language import detect_language, recognition_options
+    from speech.asr.model import Whisper
+    from speech.asr.transcriber import WhisperTranscriber
+    from speech.asr.windows import split_windows
 
     settings = ModelSettings()
     if not settings.assistant_model:
         sys.exit("no ASSISTANT_MODEL: nothing to compare")
-    transcriber = WhisperTranscriber(
+    whisper = Whisper(
         settings.asr_model, settings.assistant_model, settings.torch_device, settings.torch_dtype, settings.token
     )
-    model, config = transcriber.model, InferenceConfig()
-    layers = transcriber.assistant.model.decoder.layers
+    transcriber = WhisperTranscriber(whisper)
+    model, config = whisper.model, InferenceConfig()
+    layers = whisper.assistant.model.decoder.layers
     if args.draft_layers:
-        transcriber.assistant.model.decoder.layers = torch.nn.ModuleList(layers[i] for i in args.draft_layers)
-        model.set_assistant(transcriber.assistant)
+        whisper.assistant.model.decoder.layers = torch.nn.ModuleList(layers[i] for i in args.draft_layers)
+        model.set_assistant(whisper.assistant)
     if args.draft_int8:
         qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
         torch.ao.quantization.quantize_dynamic(model.draft, {torch.nn.Linear: qconfig}, inplace=True)
@@ -108,24 +112,27 @@ def main() -> None:
     @torch.inference_mode()
     def options_for(windows) -> tuple[dict, str]:
         """``generate``'s options for a file's windows, and its language (detected on them, as the endpoint does)."""
-        options, language, _ = transcriber._generation_options(config, windows)
+        language = recognition_options(whisper, config).language
+        if language is None:
+            language, _ = detect_language(whisper, windows[:3], config.no_speech_threshold)
+        options = {"return_timestamps": whisper.timestamps, "return_segments": True, "return_dict_in_generate": True}
+        if whisper.multilingual:
+            options.update(language=language, task=config.task)
         return options, language
 
     @torch.inference_mode()
     def generate(window, options: dict, assisted: bool) -> tuple[list[int], float, decoding.DraftCounts]:
-        inputs = transcriber.processor.feature_extractor(
-            window.samples, sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=True
-        )
-        features = inputs.input_features.to(transcriber.device, transcriber.dtype)
+        inputs = whisper.features([window.samples], attention_mask=True)
+        features = inputs.input_features.to(whisper.device, whisper.dtype)
         options = dict(options)
         if assisted:
-            options["assistant_model"] = transcriber.assistant
+            options["assistant_model"] = whisper.assistant
         counts = model.count_drafts()
         encoder_before = timers.seconds["encoder"]
         started = time.perf_counter()
-        output = model.generate(features, attention_mask=inputs.attention_mask.to(transcriber.device), **options)
+        output = model.generate(features, attention_mask=inputs.attention_mask.to(whisper.device), **options)
         decoder = time.perf_counter() - started - (timers.seconds["encoder"] - encoder_before)
-        if transcriber.timestamps:
+        if whisper.timestamps:
             tokens = [t for segment in output["segments"][0] for t in segment["tokens"].tolist()]
         else:  # decoded without timestamp tokens (Whisper base): one sequence, prompt included
             tokens = output["sequences"][0].tolist()

@@ -23,6 +23,7 @@ from corpus import LINES, VOICES, synthesize
 from metrics import normalize, word_errors
 
 from config import InferenceConfig, ModelSettings
+from speech.asr.model import Whisper
 from speech.asr.transcriber import WhisperTranscriber
 from speech.audio import SAMPLE_RATE
 
@@ -36,7 +37,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown voice(s): {', '.join(unknown)}")
     settings = ModelSettings()
-    transcriber = WhisperTranscriber(settings.asr_model, None, settings.torch_device, settings.torch_dtype, None)
+    transcriber = WhisperTranscriber(Whisper(settings.asr_model, None, settings.torch_device, settings.torch_dtype))
     config = InferenceConfig.from_parameters(json.loads(args.parameters))
     silence = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
     with tempfile.TemporaryDirectory() as folder:

@@ -3,29 +3,28 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Sequence
 
 from pyannote.core import Segment, Timeline
 
-from speech.formats import ends_sentence
 from speech.speakers.turns import TurnIndex
-from speech.types import Chunk, Overlap, SpeakerSegment, Turn
+from speech.text import ends_sentence
+from speech.types import Overlap, SpeakerSegment, Transcript, Turn, Word
+
+_SPEECH_MARGIN_S = 0.5  # word timings from the alignment lag or lead the diarization's speech turns by up to this
 
 
-def _intervals(chunks: Sequence[Chunk], duration: float) -> list[tuple[float, float]]:
-    """Fill in missing timestamps from the neighbours so every chunk has a (start, end) interval."""
-    intervals = []
-    previous_end = 0.0
-    for i, chunk in enumerate(chunks):
-        start = chunk.start if chunk.start is not None else previous_end
-        end = chunk.end
-        if end is None:
-            following = next((c.start for c in chunks[i + 1 :] if c.start is not None), None)
-            end = following if following is not None else duration
-        end = max(start, end)
-        intervals.append((start, end))
-        previous_end = end
-    return intervals
+def within_speech(transcript: Transcript, turns: Sequence[Turn]) -> tuple[Transcript, int]:
+    """``transcript`` without the segments that lie away from every speech turn of the diarization (what Whisper
+    makes up from noise: no word within ``_SPEECH_MARGIN_S`` of a turn), and the number of segments left out."""
+    index = TurnIndex(turns)
+    kept = tuple(
+        segment
+        for segment in transcript.segments
+        if any(index.overlapping(w.start - _SPEECH_MARGIN_S, w.end + _SPEECH_MARGIN_S) for w in segment.words)
+    )
+    return dataclasses.replace(transcript, segments=kept), len(transcript.segments) - len(kept)
 
 
 def _speaker_for(start: float, end: float, turns: TurnIndex) -> str | None:
@@ -42,9 +41,8 @@ def _speaker_for(start: float, end: float, turns: TurnIndex) -> str | None:
 
 
 def attribute(
-    pieces: Sequence[Chunk],
+    pieces: Sequence[Word],
     turns: Sequence[Turn],
-    duration: float,
     overlaps: Sequence[Overlap] = (),
     separator: str = " ",
 ) -> tuple[list[str | None], list[SpeakerSegment]]:
@@ -59,7 +57,7 @@ def attribute(
     in order, joined by ``separator`` (none for languages written without spaces); nothing is dropped. A speaker
     of the diarization that no piece went to still has turns, without text (``_with_unheard``).
     """
-    intervals = _intervals(pieces, duration)
+    intervals = [(piece.start, max(piece.start, piece.end)) for piece in pieces]
     index = TurnIndex(turns)
     speakers = [_speaker_for(start, end, index) for start, end in intervals]
     speakers = _snap_changes_to_sentence_ends(pieces, _keep_speaker_in_overlaps(speakers, intervals, overlaps))
@@ -147,7 +145,7 @@ def _align_to_turns(segments: list[SpeakerSegment], turns: Sequence[Turn]) -> li
 _MAX_WORDS_TO_SENTENCE_END = 3
 
 
-def _snap_changes_to_sentence_ends(pieces: Sequence[Chunk], speakers: list[str | None]) -> list[str | None]:
+def _snap_changes_to_sentence_ends(pieces: Sequence[Word], speakers: list[str | None]) -> list[str | None]:
     speakers = list(speakers)
     for i in range(1, len(pieces)):
         if speakers[i] == speakers[i - 1] or ends_sentence(pieces[i - 1].text):
@@ -169,7 +167,7 @@ def _snap_changes_to_sentence_ends(pieces: Sequence[Chunk], speakers: list[str |
 
 
 def _group(
-    pieces: Sequence[Chunk],
+    pieces: Sequence[Word],
     speakers: Sequence[str | None],
     intervals: Sequence[tuple[float, float]],
     separator: str,

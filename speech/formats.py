@@ -1,41 +1,30 @@
-"""Writers of a transcript (the handler's response): SRT and WebVTT subtitles, RTTM, plain text and JSON.
+"""Every shape a response is written in, from the typed ``Response``: the toolkit JSON, OpenAI's ``json``,
+``verbose_json`` and ``diarized_json``, SRT and WebVTT subtitles, RTTM and plain text.
 
 Subtitles follow the usual broadcast limits: at most ``max_lines`` lines of ``max_line_length`` characters (a wide
 character, Chinese or Japanese, counts as two), a cue never spans two speakers, a long pause or more than
 ``max_cue_duration_s``; cues prefer to end at sentence ends. Words of languages written without spaces are joined
-without them.
-Each cue names its speaker (``SPEAKER_00: ...`` in SRT, a ``<v SPEAKER_00>`` voice span in WebVTT).
+without them. Each cue names its speaker (``SPEAKER_00: ...`` in SRT, a ``<v SPEAKER_00>`` voice span in WebVTT).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-_SENTENCE_ENDS = (".", "?", "!", "\u3002", "\uff1f", "\uff01")
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-
-def ends_sentence(text: str) -> bool:
-    """Whether ``text`` (a word) ends a sentence: a full stop, question or exclamation mark (Latin or CJK), before
-    any closing quote or bracket."""
-    return text.rstrip().rstrip("\"')]\u300d").endswith(_SENTENCE_ENDS)
-
+from speech.text import ends_sentence, is_spaced
+from speech.types import AttributedWord, Match, Response, Segment, SpeakerSegment, SpeakerTranscript, Voiceprint, Word
 
 # A character, or a run of ASCII letters and digits, with the spaces before it and the punctuation after it.
 _CHARACTER = re.compile(r"\s*(?:[0-9A-Za-z]+|\S)[^\w\s]*")
-
-UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
-"""Languages written without spaces between words: Whisper splits them into words by character."""
-
-
-def is_spaced(language: str | None, task: str = "transcribe") -> bool:
-    """Whether the words of a transcript are separated by spaces: always in a translation (English), otherwise
-    unless ``language`` is written without them."""
-    return task == "translate" or language not in UNSPACED_LANGUAGES
 
 
 def _width(text: str) -> int:
@@ -73,29 +62,30 @@ class _Word:
     end: float
 
 
-def _turn_words(response: dict, separator: str) -> list[tuple[dict, list[_Word]]]:
+def _turn_words(transcript: SpeakerTranscript) -> list[tuple[SpeakerSegment, list[_Word]]]:
     """Each speaker turn with its words, timed inside the turn.
 
-    Words come from ``words`` when the response has them (consecutive words of one speaker form one turn with
+    Words come from ``transcript.words`` when it has them (consecutive words of one speaker form one turn with
     text); otherwise the turn's text is split into words (at spaces; into characters, keeping their spaces, where
-    ``separator`` is empty) timed in proportion to their length. A turn without text has no words.
+    the language is written without spaces) timed in proportion to their length. A turn without text has no words.
     """
-    turns = [turn for turn in response["speakers"] if turn["text"]]
-    groups: list[list[dict]] = []
-    for word in response.get("words") or []:
-        if groups and groups[-1][0]["speaker"] == word["speaker"]:
+    turns = [turn for turn in transcript.turns if turn.text]
+    groups: list[list[AttributedWord]] = []
+    for word in transcript.words or ():
+        if groups and groups[-1][0].speaker == word.speaker:
             groups[-1].append(word)
         else:
             groups.append([word])
     result = []
     for i, turn in enumerate(turns):
-        start, end = turn["timestamp"]
+        start, end = turn.start, turn.end
         if len(groups) == len(turns):
             words = [
-                _Word(w["word"], min(max(w["start"], start), end), min(max(w["end"], start), end)) for w in groups[i]
+                _Word(w.word.text, min(max(w.word.start, start), end), min(max(w.word.end, start), end))
+                for w in groups[i]
             ]
         else:
-            texts = turn["text"].split() if separator else _CHARACTER.findall(turn["text"])
+            texts = turn.text.split() if transcript.spaced else _CHARACTER.findall(turn.text)
             total = sum(len(text) + 1 for text in texts) or 1
             words, position = [], 0
             for text in texts:
@@ -143,19 +133,17 @@ def _cue_words(words: list[_Word], widths: list[int], options: SubtitleOptions, 
     return [group for group in groups if group]
 
 
-def cues(response: dict, options: SubtitleOptions = SubtitleOptions()) -> list[Cue]:
-    """The response's speaker turns cut into subtitle cues, in time order."""
-    spaced = is_spaced(response.get("language"), response.get("parameters", {}).get("task", "transcribe"))
-    separator = " " if spaced else ""
+def cues(transcript: SpeakerTranscript, options: SubtitleOptions = SubtitleOptions()) -> list[Cue]:
+    """The speaker turns cut into subtitle cues, in time order."""
+    separator = " " if transcript.spaced else ""
     result: list[Cue] = []
-    for turn, words in _turn_words(response, separator):
-        speaker = turn["speaker"]
-        label = len(speaker) + 2 if speaker else 0
+    for turn, words in _turn_words(transcript):
+        label = len(turn.speaker) + 2 if turn.speaker else 0
         widths = [max(1, options.max_line_length - label), options.max_line_length][: options.max_lines]
         for group in _cue_words(words, widths, options, separator):
             texts = [w.text for w in group]
             lines = _wrap(texts, widths, separator) or (_line(texts, separator),)  # a single word longer than a line
-            result.append(Cue(speaker, group[0].start, max(group[-1].end, group[0].start + 0.001), lines))
+            result.append(Cue(turn.speaker, group[0].start, max(group[-1].end, group[0].start + 0.001), lines))
     return sorted(result, key=lambda cue: cue.start)
 
 
@@ -166,9 +154,9 @@ def _clock(seconds: float, separator: str) -> str:
     return f"{hours:02d}:{minutes:02d}:{rest // 1000:02d}{separator}{rest % 1000:03d}"
 
 
-def write_srt(response: dict, options: SubtitleOptions = SubtitleOptions()) -> str:
+def write_srt(transcript: SpeakerTranscript, options: SubtitleOptions = SubtitleOptions()) -> str:
     blocks = []
-    for number, cue in enumerate(cues(response, options), start=1):
+    for number, cue in enumerate(cues(transcript, options), start=1):
         lines = list(cue.lines)
         if cue.speaker:
             lines[0] = f"{cue.speaker}: {lines[0]}"
@@ -181,9 +169,9 @@ def _vtt_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def write_vtt(response: dict, options: SubtitleOptions = SubtitleOptions()) -> str:
+def write_vtt(transcript: SpeakerTranscript, options: SubtitleOptions = SubtitleOptions()) -> str:
     blocks = ["WEBVTT"]
-    for cue in cues(response, options):
+    for cue in cues(transcript, options):
         lines = [_vtt_escape(line) for line in cue.lines]
         if cue.speaker:
             lines[0] = f"<v {_vtt_escape(cue.speaker)}>{lines[0]}"
@@ -191,32 +179,201 @@ def write_vtt(response: dict, options: SubtitleOptions = SubtitleOptions()) -> s
     return "\n\n".join(blocks) + "\n"
 
 
-def write_rttm(response: dict, uri: str = "audio") -> str:
+def write_rttm(transcript: SpeakerTranscript, uri: str = "audio") -> str:
     """Speaker turns in NIST RTTM (``SPEAKER uri 1 onset duration <NA> <NA> speaker <NA> <NA>``)."""
     uri = "_".join(uri.split()) or "audio"
     lines = []
-    for turn in response["speakers"]:
-        start, end = turn["timestamp"]
-        if turn["speaker"] and end > start:
-            lines.append(f"SPEAKER {uri} 1 {start:.3f} {end - start:.3f} <NA> <NA> {turn['speaker']} <NA> <NA>")
+    for turn in transcript.turns:
+        if turn.speaker and turn.end > turn.start:
+            duration = turn.end - turn.start
+            lines.append(f"SPEAKER {uri} 1 {turn.start:.3f} {duration:.3f} <NA> <NA> {turn.speaker} <NA> <NA>")
     return "".join(line + "\n" for line in lines)
 
 
-def write_text(response: dict) -> str:
+def write_text(transcript: SpeakerTranscript) -> str:
     """One line per speaker turn, ``SPEAKER_00: text`` (just the text when no speaker was found)."""
-    lines = [f"{t['speaker']}: {t['text']}" if t["speaker"] else t["text"] for t in response["speakers"] if t["text"]]
+    lines = [f"{t.speaker}: {t.text}" if t.speaker else t.text for t in transcript.turns if t.text]
     return "".join(line + "\n" for line in lines)
+
+
+SUBTITLES: dict[str, Callable[[SpeakerTranscript, str], str]] = {
+    "txt": lambda transcript, uri: write_text(transcript),
+    "srt": lambda transcript, uri: write_srt(transcript),
+    "vtt": lambda transcript, uri: write_vtt(transcript),
+    "rttm": write_rttm,
+}
+"""Text format name (also the file extension) -> writer of ``(speaker transcript, recording name)``."""
+
+
+def _timestamp(start: float, end: float) -> list[float]:
+    return [round(start, 3), round(end, 3)]
+
+
+def _chunk(segment: Segment) -> dict:
+    """A Whisper segment as the toolkit JSON's ``chunks`` entry: text, timestamp and the four quality fields."""
+    return {
+        "text": segment.text,
+        "timestamp": _timestamp(segment.start, segment.end),
+        "avg_logprob": segment.avg_logprob,
+        "no_speech_prob": segment.no_speech_prob,
+        "compression_ratio": segment.compression_ratio,
+        "temperature": segment.temperature,
+    }
+
+
+def _word(word: AttributedWord) -> dict:
+    text = word.word
+    return {
+        "word": text.text,
+        "start": text.start,
+        "end": text.end,
+        "probability": text.probability,
+        "speaker": word.speaker,
+        "speaker_confidence": word.confidence,
+    }
+
+
+def _turn(turn: SpeakerSegment) -> dict:
+    timestamp = _timestamp(turn.start, turn.end)
+    return {"speaker": turn.speaker, "text": turn.text, "timestamp": timestamp, "confidence": turn.confidence}
+
+
+def _match(match: Match) -> dict:
+    score = None if match.score is None else round(match.score, 3)
+    return {"name": match.name, "speaker": match.speaker, "score": score, "matched": match.matched}
+
+
+def voiceprint_json(voiceprint: Voiceprint) -> dict:
+    """A voiceprint as ``speaker_embeddings`` gives it and ``known_speaker_embeddings`` takes it back."""
+    embedding = [round(float(x), 6) for x in voiceprint.embedding]
+    return {"speaker": voiceprint.speaker, "model": voiceprint.model, "embedding": embedding}
+
+
+def toolkit_json(response: Response) -> dict:
+    """The handler's JSON response (the Inference Endpoints contract): text, Whisper's ``chunks``, speaker turns,
+    overlaps, language, duration, how the windows were decoded, warnings and the parameters used; ``words`` with
+    ``return_timestamps: word``, the text format asked for by ``response_format`` under its name, the known
+    speakers' matches when any were given and the voiceprints when asked for."""
+    transcript, decoding = response.transcript, response.transcript.decoding
+    rate = decoding.accepted_tokens / decoding.drafted_tokens if decoding.drafted_tokens else None
+    body = {
+        "text": transcript.text,
+        "chunks": [_chunk(segment) for segment in transcript.segments],
+        "speakers": [_turn(turn) for turn in response.turns],
+        "overlaps": [
+            {"speakers": list(o.speakers), "timestamp": _timestamp(o.start, o.end)} for o in response.overlaps
+        ],
+        "language": transcript.language,
+        "language_probability": round(transcript.language_probability, 3),
+        "duration": round(response.duration, 3),
+        "decoding": {
+            "assisted": decoding.assisted_windows > 0,
+            "windows": decoding.windows,
+            "assisted_windows": decoding.assisted_windows,
+            "drafted_tokens": decoding.drafted_tokens,
+            "accepted_tokens": decoding.accepted_tokens,
+            "acceptance_rate": None if rate is None else round(rate, 3),
+            "fallback_windows": decoding.fallback_windows,
+            "fallback_decodings": decoding.fallback_decodings,
+            "fallback_decodings_skipped": decoding.fallback_decodings_skipped,
+            "truncated_windows": decoding.truncated_windows,
+            "holes": decoding.holes,
+            "seconds": round(decoding.seconds, 3),
+        },
+        "warnings": list(response.warnings),
+        "parameters": response.parameters,
+    }
+    if response.known_speakers:
+        body["known_speakers"] = [_match(match) for match in response.known_speakers]
+    if response.voiceprints is not None:
+        body["speaker_embeddings"] = [voiceprint_json(voiceprint) for voiceprint in response.voiceprints]
+    text_format = response.parameters.get("response_format", "json")
+    if text_format in SUBTITLES:
+        body[text_format] = SUBTITLES[text_format](response.speaker_transcript, "audio")
+    if response.parameters.get("return_timestamps") == "word":
+        body["words"] = [_word(word) for word in response.words]
+    return body
+
+
+def _segment_speakers(response: Response) -> list[str | None]:
+    """The speaker of each Whisper segment: the one most of its words went to."""
+    speakers, position = [], 0
+    for segment in response.transcript.segments:
+        words = response.words[position : position + len(segment.words)]
+        position += len(segment.words)
+        counts = Counter(word.speaker for word in words)
+        speakers.append(counts.most_common(1)[0][0] if counts else None)
+    return speakers
+
+
+def openai_json(response: Response, response_format: str, task: str, words: bool) -> dict:
+    """OpenAI's transcription body for ``json``, ``verbose_json`` (Whisper's segments with their quality fields and
+    speaker) or ``diarized_json`` (speaker turns); ``words`` adds the words."""
+    transcript = response.transcript
+    usage = {"type": "duration", "seconds": math.ceil(response.duration)}
+    if response_format == "json":
+        return {"text": transcript.text, "usage": usage}
+    duration = round(response.duration, 3)
+    if response_format == "diarized_json":
+        segments = [
+            {
+                "type": "transcript.text.segment",
+                "id": f"seg_{i}",
+                "start": round(turn.start, 3),
+                "end": round(turn.end, 3),
+                "text": turn.text,
+                "speaker": turn.speaker,
+            }
+            for i, turn in enumerate(response.turns)
+        ]
+        body = {"task": task, "duration": duration, "text": transcript.text, "segments": segments, "usage": usage}
+    else:
+        segments = [
+            {"id": i, **_chunk(segment), "speaker": speaker}
+            for i, (segment, speaker) in enumerate(zip(transcript.segments, _segment_speakers(response), strict=True))
+        ]
+        for segment in segments:
+            segment["start"], segment["end"] = segment.pop("timestamp")
+        language = LANGUAGES.get(transcript.language, transcript.language)
+        body = {"task": task, "language": language, "duration": duration, "text": transcript.text}
+        body |= {"segments": segments, "usage": usage}
+    if words:
+        body["words"] = [_word(word) for word in response.words]
+    return body
+
+
+def read_speaker_transcript(response: dict) -> SpeakerTranscript:
+    """The speaker turns and words of a toolkit JSON response (``toolkit_json``'s output, e.g. with speakers
+    renamed), to write it again in another format."""
+    turns = tuple(
+        SpeakerSegment(turn["speaker"], turn["text"], *turn["timestamp"], turn.get("confidence"))
+        for turn in response["speakers"]
+    )
+    words = None
+    if response.get("words") is not None:
+        words = tuple(
+            AttributedWord(
+                Word(w["word"], w["start"], w["end"], w.get("probability", 1.0)),
+                w["speaker"],
+                w.get("speaker_confidence"),
+            )
+            for w in response["words"]
+        )
+    task = (response.get("parameters") or {}).get("task", "transcribe")
+    return SpeakerTranscript(turns, words, is_spaced(response.get("language"), task))
 
 
 def write_json(response: dict) -> str:
     return json.dumps(response, indent=2, ensure_ascii=False) + "\n"
 
 
+def _write(name: str) -> Callable[[dict, str], str]:
+    return lambda response, uri: SUBTITLES[name](read_speaker_transcript(response), uri)
+
+
 WRITERS: dict[str, Callable[[dict, str], str]] = {
-    "json": lambda response, name: write_json(response),
-    "txt": lambda response, name: write_text(response),
-    "srt": lambda response, name: write_srt(response),
-    "vtt": lambda response, name: write_vtt(response),
-    "rttm": write_rttm,
+    "json": lambda response, uri: write_json(response),
+    **{name: _write(name) for name in SUBTITLES},
 }
-"""Output format name (also the file extension) -> writer of ``(response, recording name)``."""
+"""Output format name (also the file extension) -> writer of ``(toolkit JSON response, recording name)``: files
+of responses the CLI, the endpoint client and ``/convert`` write."""

@@ -77,6 +77,19 @@ def kokoro_dialogue(turns: list[tuple[str, str]]) -> tuple[np.ndarray, list[tupl
     return 0.5 * waveform / np.abs(waveform).max(), spans
 
 
+@pytest.fixture(scope="session", autouse=True)
+def jobs_dir(tmp_path_factory) -> Path:
+    """A temporary jobs folder as ``JOBS_DIR`` for the whole session (set before any app or server is built, and
+    inherited by servers started as processes), so that no test reads, re-queues or writes the user's real jobs."""
+    from config import ServerSettings
+
+    folder = tmp_path_factory.mktemp("jobs")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JOBS_DIR", str(folder))
+        assert ServerSettings().jobs_dir == folder, "ServerSettings no longer reads its jobs folder from JOBS_DIR"
+        yield folder
+
+
 @pytest.fixture(scope="session")
 def sample():
     """The pyannote sample: a real 30 s two-speaker telephone call with its reference transcript."""
@@ -116,13 +129,15 @@ def ready(client):
 
 
 @pytest.fixture(scope="session")
-def client(handler):
-    """The server app around the session's handler, in process (Starlette's test client)."""
+def client(handler, tmp_path_factory):
+    """The server app around the session's handler, in process (Starlette's test client), with its own jobs."""
     from starlette.testclient import TestClient
 
+    from config import ServerSettings
     from service.server import create_app
 
-    with TestClient(create_app(handler=handler)) as client:
+    settings = ServerSettings(jobs_dir=tmp_path_factory.mktemp("client-jobs"))
+    with TestClient(create_app(handler=handler, server_settings=settings)) as client:
         yield ready(client)
 
 

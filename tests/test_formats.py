@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from speech.formats import SubtitleOptions, cues, write_rttm, write_srt, write_text, write_vtt
+from speech.formats import SubtitleOptions, cues, read_speaker_transcript, write_rttm, write_srt, write_text, write_vtt
+from speech.types import SpeakerTranscript
 
 SRT_TIME = r"(\d\d):(\d\d):(\d\d),(\d\d\d)"
 
@@ -25,13 +26,13 @@ def parse_srt(text: str) -> list[tuple[float, float, list[str]]]:
     return blocks
 
 
-def response_with(turns: list[tuple[str | None, float, float, str]]) -> dict:
+def response_with(turns: list[tuple[str | None, float, float, str]]) -> SpeakerTranscript:
     speakers = [{"speaker": s, "text": t, "timestamp": [a, b]} for s, a, b, t in turns]
-    return {"text": " ".join(t for *_, t in turns), "speakers": speakers}
+    return read_speaker_transcript({"text": " ".join(t for *_, t in turns), "speakers": speakers})
 
 
 def test_srt_of_the_sample_is_valid_and_keeps_every_word(sample_response):
-    blocks = parse_srt(write_srt(sample_response))
+    blocks = parse_srt(write_srt(read_speaker_transcript(sample_response)))
     assert len(blocks) >= len(sample_response["speakers"])
     words = []
     previous_start = 0.0
@@ -47,7 +48,7 @@ def test_srt_of_the_sample_is_valid_and_keeps_every_word(sample_response):
 
 
 def test_a_cue_never_spans_two_speakers(sample_response):
-    for cue in cues(sample_response):
+    for cue in cues(read_speaker_transcript(sample_response)):
         text = " ".join(cue.lines)
         assert any(text in turn["text"] for turn in sample_response["speakers"] if turn["speaker"] == cue.speaker)
 
@@ -72,7 +73,7 @@ def test_vtt_has_voice_spans_and_escapes_markup():
 
 
 def test_rttm_lists_the_speaker_turns(sample_response):
-    lines = write_rttm(sample_response, "sample call").splitlines()
+    lines = write_rttm(read_speaker_transcript(sample_response), "sample call").splitlines()
     turns = [t for t in sample_response["speakers"] if t["timestamp"][1] > t["timestamp"][0]]
     assert len(lines) == len(turns)
     for line, turn in zip(lines, turns, strict=True):

@@ -1,5 +1,5 @@
 """Hostile input: bodies that refer to the server's files or network are refused before FFmpeg follows them, and
-no request, whatever its parameters and bytes, raises anything but a project error."""
+no request, whatever its parameters and bytes, raises anything but a request error."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from config import InferenceConfig
 from speech.audio import ACCEPTED_FORMATS
-from speech.errors import EndpointError
+from speech.errors import RequestError
 
 
 class Listener:
@@ -146,10 +146,12 @@ inputs = st.one_of(st.sampled_from(list(AUDIO.values())), st.binary(max_size=64)
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(parameters=parameters, inputs=inputs)
-def test_any_request_gives_a_response_or_a_project_error(handler, parameters, inputs):
+def test_any_request_gives_a_response_or_a_request_error(handler, parameters, inputs):
+    """Whatever the parameters and bytes, the handler answers or refuses the request (a 4xx that names the
+    problem). The handler turns every unexpected exception into an ``InferenceError`` (500): that fails."""
     try:
         response = handler({"inputs": inputs, "parameters": parameters})
-    except EndpointError as error:
-        assert str(error) and 400 <= error.status_code < 600
+    except RequestError as error:
+        assert str(error) and 400 <= error.status_code < 500
     else:
         assert isinstance(response["text"], str) and response["duration"] > 0

@@ -7,15 +7,15 @@ from hypothesis import strategies as st
 
 from speech.attribution import attribute as attribute_pieces
 from speech.speakers.turns import TurnIndex
-from speech.types import Chunk, Overlap, SpeakerSegment, Turn
+from speech.types import Overlap, SpeakerSegment, Turn, Word
 
 
-def attribute(pieces, turns, duration=60.0):
-    return attribute_pieces(pieces, turns, duration)
+def attribute(pieces, turns):
+    return attribute_pieces(pieces, turns)
 
 
 def words(*items):
-    return [Chunk(text, start, end) for text, start, end in items]
+    return [Word(text, start, end, 1.0) for text, start, end in items]
 
 
 def test_each_piece_goes_to_the_speaker_overlapping_it_most():
@@ -44,14 +44,6 @@ def test_no_speaker_found_keeps_all_text():
     assert [(s.speaker, s.text) for s in segments] == [(None, "nobody diarized")]
 
 
-def test_null_timestamps_are_filled_from_neighbours():
-    pieces = [Chunk("first", 0.0, 1.0), Chunk("second", None, None), Chunk("third", 4.0, None)]
-    turns = [Turn("A", 0.0, 1.0), Turn("B", 1.0, 10.0)]
-    speakers, segments = attribute(pieces, turns, duration=10.0)
-    assert speakers == ["A", "B", "B"]
-    assert [(s.start, s.end) for s in segments] == [(0.0, 1.0), (1.0, 10.0)]
-
-
 def test_single_speaker_makes_one_turn():
     pieces = words(("one", 0.0, 0.5), ("voice", 0.6, 1.0), ("only", 3.0, 3.4))
     _, segments = attribute(pieces, [Turn("A", 0.0, 1.2), Turn("A", 2.9, 3.5)])
@@ -68,7 +60,7 @@ def test_a_speaker_heard_only_under_another_keeps_turns_without_text():
     pieces = words(("five", 0.2, 0.8), ("years", 0.8, 1.5), ("it", 4.1, 4.7), ("rains.", 4.7, 5.8))
     turns = [Turn("A", 0.0, 8.6)]
     overlaps = [Overlap(("A", "B"), 4.4, 6.5), Overlap(("A", "C"), 7.0, 7.3)]  # C: 0.3 s, not a speaker
-    speakers, segments = attribute_pieces(pieces, turns, 10.0, overlaps)
+    speakers, segments = attribute_pieces(pieces, turns, overlaps)
     assert speakers == ["A"] * 4
     assert [(s.speaker, s.text, s.start, s.end) for s in segments] == [
         ("A", "five years it rains.", 0.0, 5.8),
@@ -81,7 +73,7 @@ def test_a_wordless_speaker_under_a_second_of_speech_is_left_out_even_inside_an_
     pieces = words(("five", 0.2, 0.8), ("years", 0.8, 1.5))
     turns = [Turn("A", 0.0, 3.0), Turn("C", 3.0, 3.6)]
     overlaps = [Overlap(("A", "C"), 3.0, 3.6)]
-    _, segments = attribute_pieces(pieces, turns, 10.0, overlaps)
+    _, segments = attribute_pieces(pieces, turns, overlaps)
     assert [segment.speaker for segment in segments] == ["A"]
 
 
@@ -116,8 +108,8 @@ def test_a_word_spoken_over_another_voice_stays_with_the_voice_whisper_was_follo
     turns = [Turn("A", 20.0, 27.98), Turn("B", 27.98, 31.0)]
     overlaps = [Overlap(("A", "B"), 27.85, 28.5)]
     pieces = words(("here.", 27.5, 27.78), ("So,", 27.78, 28.24), ("well.", 28.24, 28.4), ("Oh,", 28.6, 28.9))
-    assert attribute_pieces(pieces, turns, 60.0)[0] == ["A", "B", "B", "B"]
-    assert attribute_pieces(pieces, turns, 60.0, overlaps)[0] == ["A", "A", "A", "B"]
+    assert attribute_pieces(pieces, turns)[0] == ["A", "B", "B", "B"]
+    assert attribute_pieces(pieces, turns, overlaps)[0] == ["A", "A", "A", "B"]
 
 
 def test_turns_do_not_overlap_even_when_word_timings_do():
@@ -175,7 +167,7 @@ def test_the_turn_index_finds_what_a_full_scan_finds(diarization, start, length)
 
 
 def test_words_of_languages_without_spaces_are_joined_without_them():
-    words = [Chunk("你好", 0.0, 0.5), Chunk("。", 0.5, 0.6), Chunk("谢谢", 1.0, 1.5)]
+    pieces = words(("你好", 0.0, 0.5), ("。", 0.5, 0.6), ("谢谢", 1.0, 1.5))
     turns = [Turn("SPEAKER_00", 0.0, 0.7), Turn("SPEAKER_01", 0.9, 1.6)]
-    _, segments = attribute_pieces(words, turns, 2.0, separator="")
+    _, segments = attribute_pieces(pieces, turns, separator="")
     assert [(s.speaker, s.text) for s in segments] == [("SPEAKER_00", "你好。"), ("SPEAKER_01", "谢谢")]

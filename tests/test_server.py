@@ -15,7 +15,7 @@ import pytest
 from conftest import ready
 from starlette.testclient import TestClient
 
-from config import ModelSettings
+from config import ModelSettings, ServerSettings
 from service.server import HandlerSlot, WorkQueue, create_app
 from speech.errors import ServiceUnavailableError
 
@@ -66,10 +66,10 @@ def test_bad_query_parameters_are_named(client, clip_wav):
     assert "batch_size" in response.json()["error"]
 
 
-def test_a_body_over_the_limit_is_refused_with_413(handler, clip_wav):
+def test_a_body_over_the_limit_is_refused_with_413(handler, clip_wav, tmp_path):
     small = copy.copy(handler)
     small.settings = handler.settings.model_copy(update={"max_request_bytes": 1000})
-    with TestClient(create_app(handler=small)) as client:
+    with TestClient(create_app(handler=small, server_settings=ServerSettings(jobs_dir=tmp_path))) as client:
         ready(client)
         limit = 1000 * 4 // 3 + 1024 * 1024
         response = client.post("/", content=b"\0" * (limit + 1), headers={"Content-Type": "audio/wav"})
@@ -91,8 +91,9 @@ class FailingHandler:
         raise RuntimeError(f"broken while reading {data['inputs'][:20]!r}")
 
 
-def test_server_errors_get_an_error_id_and_no_payload_in_the_log(handler, clip_wav, caplog):
-    with TestClient(create_app(handler=FailingHandler(handler.settings))) as client:
+def test_server_errors_get_an_error_id_and_no_payload_in_the_log(handler, clip_wav, caplog, tmp_path):
+    app = create_app(handler=FailingHandler(handler.settings), server_settings=ServerSettings(jobs_dir=tmp_path))
+    with TestClient(app) as client:
         ready(client)
         with caplog.at_level(logging.INFO, logger="server"):
             response = client.post("/", content=clip_wav, headers={"Content-Type": "audio/wav"})
@@ -284,10 +285,11 @@ class FailingAfterDecoding:
         raise RuntimeError("broken")
 
 
-def test_a_failure_after_the_stream_started_is_an_error_event_the_sdk_raises(clip_wav):
+def test_a_failure_after_the_stream_started_is_an_error_event_the_sdk_raises(clip_wav, tmp_path):
     from openai import APIError, OpenAI
 
-    with TestClient(create_app(handler=FailingAfterDecoding())) as client:
+    app = create_app(handler=FailingAfterDecoding(), server_settings=ServerSettings(jobs_dir=tmp_path))
+    with TestClient(app) as client:
         ready(client)
         sdk = OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=client, max_retries=0)
         stream = sdk.audio.transcriptions.create(model="whisper-1", file=("clip.wav", clip_wav), stream=True)

@@ -13,8 +13,9 @@ from config import InferenceConfig
 from service import cli
 from speech.audio import SAMPLE_RATE, decode
 from speech.errors import AudioTooLongError, AudioTooShortError, InvalidAudioError, InvalidParametersError
-from speech.speakers.voiceprints import MATCH_THRESHOLD, MAX_AUDIO_REFERENCES, Voiceprint, identify, unit
-from speech.types import Diarization, Overlap, Turn
+from speech.formats import voiceprint_json
+from speech.speakers.voiceprints import MATCH_THRESHOLD, MAX_AUDIO_REFERENCES, identify, unit
+from speech.types import Diarization, Overlap, Turn, Voiceprint
 
 
 def _axis(i: int, dimension: int = 8) -> np.ndarray:
@@ -55,7 +56,7 @@ def test_each_name_goes_to_at_most_one_speaker_above_the_threshold():
     }
     prints = {p.speaker: p for p in identified.voiceprints}
     assert np.allclose(prints["Ann"].embedding, _axis(0)) and prints["Ann"].model == "m"
-    assert prints["Ann"].to_dict()["embedding"][0] == 1.0
+    assert voiceprint_json(prints["Ann"])["embedding"][0] == 1.0
 
 
 def test_the_assignment_maximises_the_total_similarity():

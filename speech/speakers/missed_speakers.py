@@ -6,7 +6,7 @@ CAM++ embeddings of 1 s windows, each inside a stretch where one speaker talks, 
 (spectral clustering with the eigengap, small clusters folded in, near clusters merged). Window clusters beyond the
 ones matched to the clustering's speakers are voices it missed; the resegmentation then gives them the stretches
 that sound like them. Speakers are only added, never removed: on real meetings the windows are too few and too
-noisy to merge speakers by (`bench/results/missed-speakers-grid.txt`).
+noisy to merge speakers by (`bench/measurements/missed-speakers-grid.txt`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,14 +22,11 @@ from scipy.optimize import linear_sum_assignment
 
 from speech.audio import decode, request_bytes
 from speech.errors import AudioTooShortError, InvalidParametersError
-
-if TYPE_CHECKING:
-    from config import InferenceConfig
-    from speech.types import Diarization
+from speech.types import Diarization, Match, Voiceprint
 
 MATCH_THRESHOLD = 0.605
 """Cosine similarity from which a speaker takes a reference's name (CAM++ of the offline bundle; measured by
-``bench/calibrate_voiceprints.py``, results in ``bench/results/voiceprint-calibration.txt``)."""
+``bench/calibrate_voiceprints.py``, results in ``bench/measurements/voiceprint-calibration.txt``)."""
 MAX_AUDIO_REFERENCES = 8
 """Most ``known_speaker_references`` in one request (OpenAI's API takes 4)."""
 MAX_EMBEDDING_REFERENCES = 64
@@ -43,49 +40,12 @@ MAX_REFERENCE_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class Voiceprint:
-    """One voice: its label, its embedding (L2-normalised float32) and the embedding model it came from."""
-
-    speaker: str
-    embedding: np.ndarray
-    model: str
-
-    def to_dict(self) -> dict:
-        """The response form, which ``known_speaker_embeddings`` takes back as it is."""
-        return {"speaker": self.speaker, "model": self.model, "embedding": [round(float(x), 6) for x in self.embedding]}
-
-
-@dataclass(frozen=True)
-class Match:
-    """How one reference fared: its best-scoring diarized ``speaker`` (that speaker's label in the response;
-    ``None`` when nobody was found), the cosine ``score``, and whether the name was given (``matched``)."""
-
-    name: str
-    speaker: str | None
-    score: float | None
-    matched: bool
-
-    def to_dict(self) -> dict:
-        score = None if self.score is None else round(self.score, 3)
-        return {"name": self.name, "speaker": self.speaker, "score": score, "matched": self.matched}
-
-
-@dataclass(frozen=True)
 class Identification:
     """A diarization with its speakers renamed, how each reference matched, and each speaker's voiceprint."""
 
     diarization: Diarization
     matches: list[Match]
     voiceprints: list[Voiceprint]
-
-    def response_fields(self, config: InferenceConfig) -> dict:
-        """The response's ``known_speakers`` (when references were given) and ``speaker_embeddings`` (when asked)."""
-        fields = {}
-        if self.matches:
-            fields["known_speakers"] = [match.to_dict() for match in self.matches]
-        if config.return_embeddings:
-            fields["speaker_embeddings"] = [voiceprint.to_dict() for voiceprint in self.voiceprints]
-        return fields
 
 
 def unit(vector: np.ndarray) -> np.ndarray | None:
@@ -121,24 +81,19 @@ class SpeakerEmbedder:
 
 
 def references(
-    config: InferenceConfig, embedder: SpeakerEmbedder | None, max_duration_s: float, timeout_s: float
+    references: Sequence[tuple[str, str | bytes]],
+    embeddings: Sequence[tuple[str, str, Sequence[float]]],
+    embedder: SpeakerEmbedder,
+    max_duration_s: float,
+    timeout_s: float,
 ) -> list[Voiceprint]:
-    """The request's known speakers as voiceprints: audio references decoded (``audio.py``'s safe path) and
-    embedded, then embeddings checked against ``embedder``'s model and dimension.
-
-    ``embedder`` is ``None`` when the endpoint has no diarization: known speakers and voiceprints are refused.
-    ``max_duration_s`` and ``timeout_s`` bound the decoding as for the recording.
+    """The request's known speakers as voiceprints: audio ``references`` (name, base64 audio) decoded
+    (``speech.audio``'s safe path) and embedded, then ``embeddings`` (name, model, vector) checked against
+    ``embedder``'s model and dimension. ``max_duration_s`` and ``timeout_s`` bound the decoding as for the
+    recording.
     """
-    if embedder is None:
-        asked = ("known_speaker_references", "known_speaker_embeddings", "return_embeddings")
-        asked = [name for name in asked if getattr(config, name)]
-        if asked:
-            raise InvalidParametersError(f"{', '.join(asked)}: this endpoint has no diarization model")
-        return []
     prints = []
-    for i, (name, reference) in enumerate(
-        zip(config.known_speaker_names or [], config.known_speaker_references or [], strict=True)
-    ):
+    for i, (name, reference) in enumerate(references):
         field = f"known_speaker_references[{i}]"
         limit = min(MAX_REFERENCE_S + REFERENCE_PADDING_S, max_duration_s)
         audio = decode(request_bytes(reference, MAX_REFERENCE_BYTES, field), limit, timeout_s, field)
@@ -151,20 +106,19 @@ def references(
         if embedding is None:
             raise AudioTooShortError(f"{field}: no speaker embedding could be computed from this audio")
         prints.append(Voiceprint(name, embedding, embedder.model))
-    for i, known in enumerate(config.known_speaker_embeddings or []):
+    for i, (name, model, vector) in enumerate(embeddings):
         field = f"known_speaker_embeddings[{i}]"
-        if known.model != embedder.model:
+        if model != embedder.model:
             raise InvalidParametersError(
-                f"{field}: made by the embedding model {known.model!r}; this endpoint's is {embedder.model!r}, "
+                f"{field}: made by the embedding model {model!r}; this endpoint's is {embedder.model!r}, "
                 "and embeddings of different models cannot be compared"
             )
-        embedding = unit(known.embedding) if len(known.embedding) == embedder.dimension else None
+        embedding = unit(vector) if len(vector) == embedder.dimension else None
         if embedding is None:
             raise InvalidParametersError(
-                f"{field}: expected {embedder.dimension} finite numbers, not all zero "
-                f"(got {len(known.embedding)} numbers)"
+                f"{field}: expected {embedder.dimension} finite numbers, not all zero (got {len(vector)} numbers)"
             )
-        prints.append(Voiceprint(known.speaker, embedding, embedder.model))
+        prints.append(Voiceprint(name, embedding, embedder.model))
     return prints
 
 
