@@ -17,8 +17,8 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass(frozen=True)
 class Word:
-    """A word as Whisper heard it, in seconds of the recording; ``probability``: the product of its tokens'
-    probabilities (faster-whisper's ``Word.probability``)."""
+    """A word as Whisper heard it, in seconds of the recording; ``probability``: the mean of its tokens'
+    probabilities (faster-whisper's and openai-whisper's ``probability``)."""
 
     text: str
     start: float
@@ -29,9 +29,9 @@ class Word:
 @dataclass(frozen=True)
 class Segment:
     """A Whisper segment, timed by its words (by the model's timestamps only where it has none), with the quality
-    figures of OpenAI's ``verbose_json`` and faster-whisper's ``Segment``: the average log-probability of its text
-    tokens, the no-speech probability and the gzip compression ratio of the window's decoding, and the temperature
-    of the decoding kept (above 0 after the temperature fallback)."""
+    figures of OpenAI's ``verbose_json`` and faster-whisper's ``Segment``, which are its window's (as Whisper's): the
+    average log-probability of the decoding, the no-speech probability, the gzip compression ratio of the text, and
+    the temperature of the decoding kept (above 0 after the temperature fallback)."""
 
     text: str
     start: float

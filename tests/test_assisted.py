@@ -13,12 +13,18 @@ from transformers import BertConfig, WhisperConfig, WhisperForCausalLM, WhisperF
 
 from config import InferenceConfig, ModelSettings
 from speech.asr.decoding import DraftDecoder
+from speech.asr.model import Whisper
 from speech.asr.transcriber import WhisperTranscriber
 from speech.audio import SAMPLE_RATE, decode
 from speech.errors import InvalidParametersError, ModelLoadError
 from tools.offline_bundle import BASE_DIR_NAME, BASE_DRAFT_DIR_NAME, BUNDLE_DIR, DRAFT_DIR_NAME, WHISPER_DIR_NAME
 
 CPU = torch.device("cpu")
+
+
+def load(model: str, assistant: str | None) -> WhisperTranscriber:
+    """A transcriber of ``model`` with the draft model ``assistant``, on the CPU in float32."""
+    return WhisperTranscriber(Whisper(model, assistant, CPU, torch.float32))
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +66,7 @@ def test_assisted_words_are_the_plain_ones(handler, sample_waveform, conversatio
         plain = transcriber.transcribe(waveform, InferenceConfig(assisted=False, batch_size=1))
         assisted = transcriber.transcribe(waveform, InferenceConfig(assisted=True))
         assert assisted.words == plain.words
-        assert assisted.chunks == plain.chunks
+        assert assisted.segments == plain.segments
         assert assisted.decoding.assisted_windows == assisted.decoding.windows
         assert assisted.decoding.accepted_tokens > 0.7 * assisted.decoding.drafted_tokens
         assert plain.decoding.drafted_tokens == 0
@@ -69,9 +75,7 @@ def test_assisted_words_are_the_plain_ones(handler, sample_waveform, conversatio
 @pytest.fixture(scope="module")
 def base() -> WhisperTranscriber:
     """The bundle's multilingual Whisper base with its own draft, as ``ASR_MODEL=.bundle/whisper-base`` loads them."""
-    return WhisperTranscriber(
-        str(BUNDLE_DIR / BASE_DIR_NAME), str(BUNDLE_DIR / BASE_DRAFT_DIR_NAME), CPU, torch.float32
-    )
+    return load(str(BUNDLE_DIR / BASE_DIR_NAME), str(BUNDLE_DIR / BASE_DRAFT_DIR_NAME))
 
 
 def _spanish() -> np.ndarray:
@@ -93,7 +97,7 @@ def test_base_assisted_words_are_the_plain_ones(base, sample_waveform, clip, par
     assert plain.language == assisted.language == ("en" if clip == "sample" else "es")
     assert len(plain.words) > 10
     assert assisted.words == plain.words
-    assert assisted.chunks == plain.chunks
+    assert assisted.segments == plain.segments
     assert assisted.decoding.assisted_windows == 1
     assert assisted.decoding.accepted_tokens > 0.5 * assisted.decoding.drafted_tokens  # 69 % on the sample's 12 s
 
@@ -115,7 +119,7 @@ def test_auto_batches_long_recordings_without_the_assistant(handler, conversatio
 
 def test_assisted_without_an_assistant_is_an_error(sample_waveform):
     settings = ModelSettings(assistant_model="")
-    transcriber = WhisperTranscriber(settings.asr_model, settings.assistant_model, CPU, torch.float32)
+    transcriber = load(settings.asr_model, settings.assistant_model)
     with pytest.raises(InvalidParametersError, match="no assistant model is loaded"):
         transcriber.transcribe(sample_waveform, InferenceConfig(assisted=True))
     assert transcriber.transcribe(sample_waveform[:80000], InferenceConfig()).decoding.assisted_windows == 0
@@ -138,13 +142,13 @@ def _checkpoint(folder, **overrides):
 )
 def test_an_incompatible_assistant_is_refused_at_load(tmp_path, overrides, message):
     with pytest.raises(ModelLoadError, match=message):
-        WhisperTranscriber(str(BUNDLE_DIR / WHISPER_DIR_NAME), _checkpoint(tmp_path, **overrides), CPU, torch.float32)
+        load(str(BUNDLE_DIR / WHISPER_DIR_NAME), _checkpoint(tmp_path, **overrides))
 
 
 def test_an_assistant_that_is_not_whisper_is_refused_at_load(tmp_path):
     BertConfig().save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="is a 'bert' model, not a Whisper one"):
-        WhisperTranscriber(str(BUNDLE_DIR / WHISPER_DIR_NAME), str(tmp_path), CPU, torch.float32)
+        load(str(BUNDLE_DIR / WHISPER_DIR_NAME), str(tmp_path))
 
 
 def test_assisted_sampling_draws_text(handler, sample_waveform):
@@ -167,8 +171,8 @@ def test_a_full_whisper_assistant(tmp_path, sample_waveform, own_encoder):
             model.model.encoder.layer_norm.bias.add_(0.01)
         model.save_pretrained(tmp_path)
         assistant = str(tmp_path)
-    transcriber = WhisperTranscriber(main, assistant, CPU, torch.float32)
-    assert transcriber.model.draft_encodes == own_encoder
+    transcriber = load(main, assistant)
+    assert transcriber.whisper.model.draft_encodes == own_encoder
     clip = sample_waveform[: 12 * SAMPLE_RATE]
     assisted = transcriber.transcribe(clip, InferenceConfig(assisted=True))
     assert assisted.words == transcriber.transcribe(clip, InferenceConfig(assisted=False)).words

@@ -36,16 +36,19 @@ def test_response_schema(sample_response):
     assert sample_response["language"] == "en"
     assert sample_response["language_probability"] == 1.0  # English-only model: not detected
     assert sample_response["duration"] == 30.0
-    assert sample_response["chunks"] and sample_response["speakers"] and sample_response["words"]
+    assert sample_response["chunks"] and sample_response["speakers"] and sample_response["words"]  # all asked for
     for chunk in sample_response["chunks"]:
-        assert set(chunk) == {"text", "timestamp"}
+        assert set(chunk) == {"text", "timestamp", "avg_logprob", "no_speech_prob", "compression_ratio", "temperature"}
         start, end = chunk["timestamp"]
         assert 0.0 <= start <= end <= 30.0
+        assert chunk["avg_logprob"] <= 0.0 and 0.0 <= chunk["no_speech_prob"] <= 1.0
+        assert chunk["compression_ratio"] > 0.0 and chunk["temperature"] == 0.0  # greedy: nothing decoded again
     for turn in sample_response["speakers"]:
         assert set(turn) == {"speaker", "text", "timestamp", "confidence"}
         assert 0.0 <= turn["confidence"] <= 1.0
     for word in sample_response["words"]:
-        assert set(word) == {"word", "start", "end", "speaker", "speaker_confidence"}
+        assert set(word) == {"word", "start", "end", "probability", "speaker", "speaker_confidence"}
+        assert 0.0 <= word["start"] <= word["end"] <= 30.0 and 0.0 <= word["probability"] <= 1.0
 
 
 def test_speaker_confidence_flags_the_words_at_speaker_changes(sample, sample_response):
@@ -88,10 +91,12 @@ def test_the_words_that_matter_are_heard(sample_response):
 
 
 def test_quality_on_the_sample(sample, sample_response):
+    """Measured on CPU (tiny.en, the bundle's diarization; 2026-12): WER 14.9 %, cpWER 16.1 %, DER 17.4 %. The
+    bounds leave one more word error (a word is 1.15 % of the reference) and 1.6 points of DER."""
     scores = score(sample, sample_response)
-    assert scores["wer"] <= 0.17
-    assert scores["cpwer"] <= 0.35
-    assert scores["der"] <= 0.30
+    assert scores["wer"] <= 0.165
+    assert scores["cpwer"] <= 0.175
+    assert scores["der"] <= 0.19
 
 
 def test_every_word_appears_once_in_order_in_the_speaker_turns(sample_response):

@@ -18,11 +18,13 @@ import torch
 from metrics import normalize, word_errors
 
 from config import InferenceConfig
-from speech.asr.transcriber import Transcript, WhisperTranscriber, Window, find_holes
+from speech.asr.model import Whisper
+from speech.asr.transcriber import WhisperTranscriber
+from speech.asr.windows import Window, find_holes
 from speech.audio import SAMPLE_RATE, decode
-from speech.formats import write_srt
+from speech.formats import read_speaker_transcript, write_srt
 from speech.speakers.turns import TurnIndex
-from speech.types import Chunk, Turn
+from speech.types import Transcript, Turn, Word
 from tools.offline_bundle import BASE_DIR_NAME, BUNDLE_DIR
 
 SPEECH = {
@@ -45,7 +47,7 @@ def base() -> WhisperTranscriber:
     path = BUNDLE_DIR / BASE_DIR_NAME
     if not (path / "model.safetensors").exists():
         pytest.fail(f"{path} is missing: python -m tools.offline_bundle builds it")
-    return WhisperTranscriber(str(path), None, torch.device("cpu"), torch.float32)
+    return WhisperTranscriber(Whisper(str(path), None, torch.device("cpu"), torch.float32))
 
 
 def transcribe(base: WhisperTranscriber, waveform: np.ndarray, **parameters) -> Transcript:
@@ -94,22 +96,25 @@ def test_the_sample_has_no_sentence_twice_and_its_words_lie_in_its_speech(base, 
     # With its timestamp tokens, base counted a second per sentence from 0 s and wrote sentences again until
     # <|30.00|>, aligned to the window's last frame (WER 52.9 %); decoded without them, 17.2 %.
     transcript = transcribe(base, sample_waveform, language="en")
-    sentences = [tuple(normalize(chunk.text)) for chunk in transcript.chunks]
+    sentences = [tuple(normalize(segment.text)) for segment in transcript.segments]
     long_ones = [sentence for sentence in sentences if len(sentence) >= 3]  # "Hello?" is said by both speakers
     assert len(set(long_ones)) == len(long_ones)
     assert word_errors(sample.text, transcript.text) <= 0.2 * len(normalize(sample.text))
     assert transcript.words[0].start > 6.0  # the call starts after 6 s of ringing
-    for chunk in transcript.chunks:
-        assert chunk.start < chunk.end <= 30.0
+    for segment in transcript.segments:
+        assert segment.start < segment.end <= 30.0
+
+
+HEARD = [("Hi.", 10.5, 11.0), ("Then", 11.1, 11.4), ("we", 16.0, 16.2), ("went.", 16.2, 16.6)]
 
 
 def test_holes_are_the_pauses_between_words_that_hold_speech():
     window = Window(10.0, np.zeros(20 * SAMPLE_RATE, dtype=np.float32))
-    words = [Chunk("Hi.", 10.5, 11.0), Chunk("Then", 11.1, 11.4), Chunk("we", 16.0, 16.2), Chunk("went.", 16.2, 16.6)]
+    words = [Word(text, start, end, 1.0) for text, start, end in HEARD]
     speech = TurnIndex([Turn("A", 10.4, 11.4), Turn("B", 12.0, 14.0), Turn("A", 16.0, 16.7), Turn("A", 25.0, 29.5)])
     holes = find_holes(window, words, speech)
     # "Then" opens the sentence that goes on at 16 s: where the alignment put it when the text skipped 12-14 s
-    assert holes.words[1] == Chunk("Then", 15.7, 16.0)
+    assert holes.words[1] == Word("Then", 15.7, 16.0, 1.0)
     assert [(hole.offset, round(hole.end, 3)) for hole in holes.windows] == [(11.0, 15.7), (16.6, 30.0)]
     assert len(holes.windows[0].samples) == round(4.7 * SAMPLE_RATE)
     assert find_holes(window, words, TurnIndex([Turn("A", 10.4, 11.4)])).windows == []  # pauses without speech
@@ -133,12 +138,17 @@ def test_no_sentence_is_left_out_between_two_others(base):
             assert match.size >= len(said) / 2, utterance.text
 
 
+def srt(response: dict) -> str:
+    """SRT subtitles of a toolkit JSON response."""
+    return write_srt(read_speaker_transcript(response))
+
+
 def test_subtitles_of_a_language_written_without_spaces():
     text = "北京是中国的首都。上海是最大的城市，也是一个很重要的经济中心。"  # noqa: RUF001
     response = {"language": "zh", "speakers": [{"speaker": "SPEAKER_00", "text": text, "timestamp": [0.0, 6.0]}]}
-    lines = [line.removeprefix("SPEAKER_00: ") for line in write_srt(response).splitlines()[2:4]]
+    lines = [line.removeprefix("SPEAKER_00: ") for line in srt(response).splitlines()[2:4]]
     assert "".join(lines) == text
     assert len(lines[0]) == 15  # 42 columns less the label's 12, two columns a character
     translated = {**response, "parameters": {"task": "translate"}}
     translated["speakers"] = [{"speaker": None, "text": "Beijing is the capital.", "timestamp": [0.0, 2.0]}]
-    assert "Beijing is the capital." in write_srt(translated)
+    assert "Beijing is the capital." in srt(translated)

@@ -169,6 +169,12 @@ def test_openai_verbose_json_with_words(client, clip_wav):
     assert [s["id"] for s in body["segments"]] == list(range(len(body["segments"])))
     assert len({s["speaker"] for s in body["segments"]}) == 2
     assert " ".join(w["word"] for w in body["words"]) == " ".join(s["text"] for s in body["segments"])
+    # Whisper's segments, as OpenAI's verbose_json has them: timed by their words, with the quality figures.
+    for segment in body["segments"]:
+        assert segment["avg_logprob"] < 0 and 0 <= segment["no_speech_prob"] <= 1 and segment["temperature"] == 0
+        assert segment["compression_ratio"] > 1
+        assert any(abs(segment["start"] - word["start"]) <= 0.1 for word in body["words"])
+    assert all(0 <= word["probability"] <= 1 for word in body["words"])
 
 
 def test_openai_diarized_json_with_our_speaker_hints(client, clip_wav):

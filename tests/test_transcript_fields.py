@@ -33,8 +33,10 @@ def test_segments_carry_whispers_quality_figures(sample_response):
         assert chunk["temperature"] == 0.0  # greedy decoding kept: nothing was decoded again
 
 
-def test_a_window_decoded_again_reports_the_temperature_its_text_came_from(handler, clip_wav):
-    response = handler({"inputs": clip_wav, "parameters": {"compression_ratio_threshold": 1.3}})
-    assert response["decoding"]["fallback_windows"] == 1
-    temperatures = {chunk["temperature"] for chunk in response["chunks"]}
-    assert len(temperatures) == 1 and temperatures.pop() in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+def test_a_sampled_decoding_reports_its_temperature(handler, clip_wav):
+    response = handler({"inputs": clip_wav, "parameters": {"temperature": 0.4}})
+    assert response["chunks"]
+    # Sampled at 0.4, or higher where the temperature fallback decoded a window again.
+    assert {chunk["temperature"] for chunk in response["chunks"]} <= {0.4, 0.6, 0.8, 1.0}
+    if not response["decoding"]["fallback_windows"]:
+        assert {chunk["temperature"] for chunk in response["chunks"]} == {0.4}

@@ -94,8 +94,8 @@ class WordTimer:
         """A Whisper segment and its words, in recording time, timed by its words.
 
         Words are split as Whisper splits them (``_words``); a word lasts from its first token's time to the next
-        token's, by the cross-attention alignment (``alignment_heads``), and its probability is the product of its
-        tokens'. The segment's text is its words joined by spaces, or, in a language written without spaces, the
+        token's, by the cross-attention alignment (``alignment_heads``), and its probability is the mean of its
+        tokens' (as faster-whisper and openai-whisper compute it). The segment's text is its words joined by spaces, or, in a language written without spaces, the
         text Whisper decoded. It lasts from its first word's start to its last word's end; the model's own
         timestamps only time a segment without words.
         """
@@ -108,7 +108,7 @@ class WordTimer:
         for word in self._words([tokens[i] for i in texts], spaced):
             first, last = texts[word[0]], texts[word[-1]]
             end = times[last + 1] if last + 1 < len(times) else times[last]
-            probability = float(np.exp(sum(float(dated.logprobs[texts[i]]) for i in word)))
+            probability = float(np.mean(np.exp([dated.logprobs[texts[i]] for i in word])))
             runs.append(([tokens[texts[i]] for i in word], times[first], end, probability))
         # The alignment stretches a segment's last word to the closing timestamp: cap word durations.
         durations = [end - start for _, start, end, _ in runs if end > start]
