@@ -4,7 +4,7 @@
 #
 # Everything the check needs travels in gpu_carry/ (git-ignored): this project's other packages (cp312 wheels,
 # unpacked), the bundle's Whisper and diarization folders, the 10-minute conversation, and recorded flite/espeak-ng
-# output for the conversations tests/test_assisted.py synthesizes (the device has no TTS). That is about 170 MB,
+# output for the conversations tests/asr/test_assisted.py synthesizes (the device has no TTS). That is about 170 MB,
 # more than one call carries (64 MiB), so it goes in three parts, the last call running the check:
 #
 #   bash bench/gpu_check.sh prepare                 # here, after `make bundle`: writes gpu_carry/{1,2,3}
@@ -16,7 +16,7 @@
 # check: reassembles and sha256-checks the carry, rebuilds the draft from Whisper (offline_bundle.build_draft), runs
 # bench/benchmark.py's measure() in a fresh process per run (endpoint on the sample and on 10 minutes, peer on the
 # sample: wall, RTF, peak RSS, peak GPU memory allocated, load and warm-up included), the sample request after request
-# in one process (plain against assisted), then tests/test_handler.py and tests/test_assisted.py (ModelSettings picks
+# in one process (plain against assisted), then tests/test_handler.py and tests/asr/test_assisted.py (ModelSettings picks
 # cuda and float16). Log, results and junit XML land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +67,7 @@ prepare() {
     sha256sum .bundle/whisper-tiny.en-draft/model.safetensors >$stage/draft.sha256
     .venv/bin/python -c 'import sys; sys.path[:0] = ["bench", "."]; from benchmark import recording; recording(10)'
     cp bench/recordings/conversation-10min.{wav,json} $stage/bench/recordings/
-    # Record the TTS calls of tests/test_assisted.py's `conversations` fixture (the same three conversations).
+    # Record the TTS calls of tests/asr/test_assisted.py's `conversations` fixture (the same three conversations).
     tts_shim gpu_carry/tts-bin
     local flite espeak
     flite=$(command -v flite) espeak=$(command -v espeak-ng)
@@ -170,13 +170,13 @@ check() {
     unpack_site
     versions
     tts_shim $TTS_BIN
-    $PY -c 'from offline_bundle import BUNDLE_DIR as B, build_draft; build_draft(B / "whisper-tiny.en", B / "whisper-tiny.en-draft")'
+    $PY -c 'from tools.offline_bundle import BUNDLE_DIR as B, build_draft; build_draft(B / "whisper-tiny.en", B / "whisper-tiny.en-draft")'
     sha256sum -c draft.sha256 || echo "note: the draft rebuilt here differs byte-wise from the local one"
     $PY -c 'from config import ModelSettings as M; s = M(); print("ModelSettings:", s.torch_device, s.torch_dtype)'
 
     echo "== benchmark (a fresh process per run)"
     local sample
-    sample=$($PY -c 'from audio import pyannote_sample_path; print(pyannote_sample_path())')
+    sample=$($PY -c 'from speech.audio import pyannote_sample_path; print(pyannote_sample_path())')
     measure endpoint "$sample" 150
     measure endpoint bench/recordings/conversation-10min.wav 200
     measure peer "$sample" 150
@@ -211,7 +211,7 @@ EOF
 
     echo "== tests"
     timeout 300 $PY -m pytest -q -p no:cacheprovider -rfE --tb=short --junitxml="$OUT/pytest.xml" \
-        tests/test_handler.py tests/test_assisted.py || echo "pytest exit status $?"
+        tests/test_handler.py tests/asr/test_assisted.py || echo "pytest exit status $?"
 }
 
 case "${1:-}" in

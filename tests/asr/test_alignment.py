@@ -22,7 +22,7 @@ def test_path_matches_transformers(n, m):
 def test_dating_reuses_the_encoder_passes_of_generate(handler, sample_waveform):
     """The sample is one window that Whisper decodes in two passes; dating its tokens encodes nothing again."""
     calls = []
-    hook = handler.transcriber.model.get_encoder().register_forward_hook(lambda *args: calls.append(args))
+    hook = handler.whisper.model.get_encoder().register_forward_hook(lambda *args: calls.append(args))
     try:
         transcript = handler.transcriber.transcribe(sample_waveform, InferenceConfig(assisted=False))
     finally:
