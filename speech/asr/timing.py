@@ -95,9 +95,9 @@ class WordTimer:
 
         Words are split as Whisper splits them (``_words``); a word lasts from its first token's time to the next
         token's, by the cross-attention alignment (``alignment_heads``), and its probability is the mean of its
-        tokens' (as faster-whisper and openai-whisper compute it). The segment's text is its words joined by spaces, or, in a language written without spaces, the
-        text Whisper decoded. It lasts from its first word's start to its last word's end; the model's own
-        timestamps only time a segment without words.
+        tokens' (as faster-whisper and openai-whisper compute it). The segment's text is its words joined by
+        spaces, or, in a language written without spaces, the text Whisper decoded. It lasts from its first word's
+        start to its last word's end; the model's own timestamps only time a segment without words.
         """
         tokenizer = self.whisper.processor.tokenizer
         length = len(window.samples) / SAMPLE_RATE
