@@ -35,7 +35,9 @@ def validate(data: object, whisper: Whisper, embedder: SpeakerEmbedder | None, s
     return ValidRequest(config, recognition, known, request_bytes(data["inputs"], settings.max_request_bytes))
 
 
-def _known_speakers(config: InferenceConfig, embedder: SpeakerEmbedder | None, settings: ModelSettings):
+def _known_speakers(
+    config: InferenceConfig, embedder: SpeakerEmbedder | None, settings: ModelSettings
+) -> list[Voiceprint]:
     """The request's known speakers as voiceprints of ``embedder``'s model; refused without diarization."""
     if embedder is None:
         asked = ("known_speaker_references", "known_speaker_embeddings", "return_embeddings")
