@@ -3,7 +3,9 @@ budget, and the checks of what came out (cut short, speech or not)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from transformers.generation.logits_process import LogitsProcessorList
@@ -28,6 +30,17 @@ class BatchInput:
     prompt: list[int]
     frames: list[int]
     first: int
+
+
+def is_speech(
+    config: InferenceConfig, no_speech: float, has_tokens: bool, average_logprob: Callable[[], float]
+) -> bool:
+    """Whisper's rule for one window: non-speech when the no-speech probability is above ``no_speech_threshold`` and
+    the decoding's average log-probability (raw logits, end of text included; computed only when needed) is below
+    ``logprob_threshold``; a window without tokens, or without a threshold, is speech."""
+    if config.no_speech_threshold is None or no_speech <= config.no_speech_threshold or not has_tokens:
+        return True
+    return average_logprob() >= config.logprob_threshold
 
 
 class Generator:
@@ -89,16 +102,13 @@ class Generator:
     def is_speech(
         self, hidden: torch.Tensor, prompt: list[int], tokens: list[list[int]], config: InferenceConfig
     ) -> list[bool]:
-        """Whisper's rule per window: non-speech when the no-speech probability is above ``no_speech_threshold``
-        and the decoding's average log-probability (raw logits, end of text included) below ``logprob_threshold``."""
+        """Whisper's no-speech rule (``is_speech``) for each window of a teacher-forced pass."""
         if config.no_speech_threshold is None:
             return [True] * len(tokens)
         no_speech = self.whisper.no_speech_probabilities(hidden, prompt)
         return [
-            no_speech[i] <= config.no_speech_threshold
-            or not window_tokens
-            or self.average_logprob(hidden[i], len(prompt), window_tokens) >= config.logprob_threshold
-            for i, window_tokens in enumerate(tokens)
+            is_speech(config, no_speech[i], bool(t), partial(self.average_logprob, hidden[i], len(prompt), t))
+            for i, t in enumerate(tokens)
         ]
 
     def average_logprob(self, hidden: torch.Tensor, prompt_length: int, tokens: list[int]) -> float:

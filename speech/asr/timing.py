@@ -11,6 +11,7 @@ import torch
 from transformers.models.whisper.tokenization_whisper import _split_tokens_on_unicode
 
 from config import InferenceConfig
+from speech.asr.generation import is_speech
 from speech.asr.model import Whisper
 from speech.asr.passes import DatedSegment, DecodingPass, passes
 from speech.asr.windows import Window
@@ -151,16 +152,9 @@ class WordTimer:
 def _quality(
     config: InferenceConfig, no_speech: float, logprobs: torch.Tensor, compression_ratio: float, temperature: float
 ) -> WindowQuality:
-    """A window's quality figures, and Whisper's rule: non-speech when the no-speech probability is above
-    ``no_speech_threshold`` and the average log-probability (raw logits, end of text included) below
-    ``logprob_threshold``; a window without tokens or without a threshold is speech."""
+    """A window's quality figures, and whether Whisper's no-speech rule keeps it (``generation.is_speech``)."""
     average = float(logprobs.mean())
-    speech = (
-        config.no_speech_threshold is None
-        or no_speech <= config.no_speech_threshold
-        or len(logprobs) == 1
-        or average >= config.logprob_threshold
-    )
+    speech = is_speech(config, no_speech, len(logprobs) > 1, lambda: average)
     return WindowQuality(round(average, 4), round(no_speech, 4), round(compression_ratio, 3), temperature, speech)
 
 
