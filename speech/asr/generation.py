@@ -59,7 +59,15 @@ class Generator:
     ) -> list[list[dict]]:
         """Decode the windows ``rows`` of ``batch`` with ``options`` over the batch's own: greedy (or beams), or
         sampled at ``temperature`` (``GumbelSampling``, seeded by window and temperature), every pass within its
-        token limit (``TokenBudget``; at most ``spare`` tokens per window when given). Their segments."""
+        token limit (``TokenBudget``; at most ``spare`` tokens per window when given). Their segments. With an
+        ``assistant_model``, the windows go through ``generate`` one at a time: transformers' assisted generation
+        takes a batch of one."""
+        if "assistant_model" in options and len(rows) > 1:
+            spares = [None] * len(rows) if spare is None else [[tokens] for tokens in spare]
+            return [
+                self.generate(batch, [row], temperature, row_spare, **options)[0]
+                for row, row_spare in zip(rows, spares, strict=True)
+            ]
         whisper = self.whisper
         windows = WindowRows([batch.frames[i] for i in rows])
         timestamp_begin = whisper.timestamp_begin if whisper.timestamps else None
