@@ -50,6 +50,11 @@ class ModelSettings(BaseSettings):
     = whenever the pipeline's embedding is CAM++ (the offline default); ``true`` = an error for other pipelines;
     ``false`` = per window, as pyannote."""
 
+    diarization_steps: bool = True
+    """After the clustering, look for the voices it missed and give each single-speaker stretch to the speaker it
+    sounds like (``speech.speakers.missed_speakers``, ``speech.speakers.resegmentation``), with any pyannote
+    ``SpeakerDiarization`` pipeline, community-1's included; ``false`` = the pipeline's turns as they come."""
+
     warm_up: bool | None = None
     """Run a real recording (pyannote's 30 s sample) through the endpoint at load, with plain and with assisted
     decoding, so that the first request does not pay for loading the device's kernels; unset = on GPU only."""

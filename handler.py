@@ -50,9 +50,12 @@ class EndpointHandler:
         device, dtype, token = self.settings.torch_device, self.settings.torch_dtype, self.settings.token
         self.whisper = Whisper(self.settings.asr_model, self.settings.assistant_model, device, dtype, token)
         self.transcriber = WhisperTranscriber(self.whisper)
+        settings = self.settings
         self.diarization = (
-            load_pipeline(self.settings.diarization_model, token, device, self.settings.diarization_single_pass)
-            if self.settings.diarization_model
+            load_pipeline(
+                settings.diarization_model, token, device, settings.diarization_single_pass, settings.diarization_steps
+            )
+            if settings.diarization_model
             else None
         )
         self.embedder = SpeakerEmbedder(self.diarization) if self.diarization is not None else None
@@ -141,6 +144,8 @@ class EndpointHandler:
             if unspoken:
                 warnings.append(f"{unspoken} transcribed segment(s) away from any detected speech were left out")
             warnings += _speaker_count_warnings(config, len({turn.speaker for turn in diarization.turns}))
+            warnings += diarization.notes
+            warnings += self._threshold_warnings(request)
         words = tuple(
             AttributedWord(word, speaker, diarization.confidence(speaker, word.start, word.end))
             for word, speaker in zip(transcript.words, word_speakers, strict=True)
@@ -164,6 +169,21 @@ class EndpointHandler:
             tuple(identified.matches),
             voiceprints,
         )
+
+    def _threshold_warnings(self, request: ValidRequest) -> list[str]:
+        """Say when known speakers were matched with the default threshold of another embedding model."""
+        config = request.config
+        if (
+            not request.known
+            or self.embedder.threshold is not None
+            or "speaker_match_threshold" in config.model_fields_set
+        ):
+            return []
+        return [
+            f"speaker_match_threshold {config.speaker_match_threshold:g} is calibrated for the CAM++ embedding of "
+            f"the offline default, not for this pipeline's ({self.embedder.model}): names may be missed or wrong; "
+            "calibrate one with bench/calibrate_voiceprints.py (docs/deployment.md) and pass it"
+        ]
 
     def _checkpoint(self, progress: Progress | None) -> Progress:
         """A progress hook that also enforces ``inference_timeout_s``, then calls the caller's ``progress``."""

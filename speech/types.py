@@ -72,6 +72,8 @@ class Diarization:
     speaker_embeddings: dict[str, np.ndarray] = field(default_factory=dict)
     evidence: SpeakerEvidence | None = None
     """What the windows of the pipeline say about who speaks when, to tell how sure each assignment is."""
+    notes: tuple[str, ...] = ()
+    """What the pipeline could not do for this recording (the response's warnings say it)."""
 
     def confidence(self, speaker: str | None, start: float, end: float) -> float | None:
         """How sure the assignment of ``speaker`` to [start, end] is, from 0 to 1; ``None`` without evidence."""

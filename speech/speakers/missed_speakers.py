@@ -2,7 +2,7 @@
 
 The clustering labels pyannote's local speakers, each pooled over up to 10 s. When the segmentation keeps two voices
 in one local speaker, their embeddings blend and the clustering can leave a voice without a speaker of its own. Here
-CAM++ embeddings of 1 s windows, each inside a stretch where one speaker talks, are clustered as 3D-Speaker does
+Speaker embeddings of 1 s windows, each inside a stretch where one speaker talks, are clustered as 3D-Speaker does
 (spectral clustering with the eigengap, small clusters folded in, near clusters merged). Window clusters beyond the
 ones matched to the clustering's speakers are voices it missed; the resegmentation then gives them the stretches
 that sound like them. Speakers are only added, never removed: on real meetings the windows are too few and too
@@ -12,18 +12,14 @@ noisy to merge speakers by (`bench/measurements/missed-speakers-grid.txt`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from pyannote.core import Annotation
 from scipy.optimize import linear_sum_assignment
 
 from speech.speakers.clustering import centroids, merge_similar, merge_small, spectral_clusters
-from speech.speakers.resegmentation import active_frames, runs, window_embeddings
-
-if TYPE_CHECKING:  # CAM++ (speakerlab) is imported only by a pipeline that uses it
-    from speech.speakers.campplus import CAMPPlusEmbedding
+from speech.speakers.resegmentation import active_frames, runs
+from speech.speakers.voice_windows import VoiceWindows
 
 
 @dataclass(frozen=True)
@@ -45,8 +41,7 @@ class MissedSpeakers:
 
     def __call__(
         self,
-        model: CAMPPlusEmbedding,
-        features: torch.Tensor,
+        voices: VoiceWindows,
         diarization: Annotation,
         known: np.ndarray,
         room: int | None = None,
@@ -54,8 +49,8 @@ class MissedSpeakers:
         """(missed speakers, dimension) unit centroids of the voices that none of the ``known`` centroids (the
         clustering's, in the order of ``diarization``'s labels) stands for, largest first, at most ``room``."""
         labels = list(diarization.labels())
-        frame = model.frame_seconds
-        active = active_frames(diarization, labels, features.shape[-1], frame)
+        frame = voices.frame_seconds
+        active = active_frames(diarization, labels, voices.num_frames, frame)
         single = active.sum(axis=1) == 1
         width = round(self.window / frame)
         starts = []
@@ -66,7 +61,7 @@ class MissedSpeakers:
             return np.zeros((0, known.shape[1]))
         if len(starts) > self.max_windows:
             starts = [starts[i] for i in np.linspace(0, len(starts) - 1, self.max_windows).round().astype(int)]
-        unit = window_embeddings(model, features, starts, width)
+        unit = voices.embed(starts, width)
         clusters = spectral_clusters(unit, self.pruning, self.min_neighbours, self.max_speakers)
         clusters = merge_small(unit, clusters, self.min_windows_per_speaker)
         clusters = merge_similar(unit, clusters, self.merge_similarity)

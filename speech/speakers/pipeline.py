@@ -1,5 +1,5 @@
-"""The pyannote diarization pipeline: loading it, the project's subclass (single pass, missed speakers,
-resegmentation), and running it on a waveform."""
+"""The pyannote diarization pipeline: loading it (a folder or a hub id), the project's subclass (single pass,
+missed speakers, resegmentation) that pyannote's own class is adopted into, and running it on a waveform."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from pyannote.core import SlidingWindowFeature
 
 from speech.audio import SAMPLE_RATE
 from speech.errors import ModelLoadError
+from speech.hub import loading, pipeline_files
 from speech.speakers.clustering import SpeakerClustering
 from speech.speakers.confidence import speaker_evidence
 from speech.speakers.missed_speakers import MissedSpeakers
 from speech.speakers.resegmentation import Resegmentation
+from speech.speakers.voice_windows import AudioWindows, FeatureWindows, VoiceWindows
 from speech.types import Diarization, Overlap, Progress, Turn
 
 FEATURES = "campplus_features"
@@ -37,15 +39,17 @@ class NoPLDA(PLDA):
 
 
 class SpeakerDiarization(PyannoteSpeakerDiarization):
-    """pyannote's speaker diarization for embeddings that come without a PLDA (e.g. CAM++).
+    """pyannote's speaker diarization with the project's steps after the clustering, for any embedding model.
 
     ``plda=None`` is allowed with any clustering but ``VBxClustering``, which needs a trained PLDA.
     ``clustering``: one of pyannote's, or ``SpeakerClustering`` (``speaker_clustering``; the offline default's).
-    With ``single_pass`` set (CAM++ only, see ``load_pipeline``), the embedding network runs once over the
-    recording instead of once per window (``CAMPPlusEmbedding.embed_recording``); with ``resegment`` as well, its
-    features then correct who speaks when (``resegmentation.Resegmentation``), and with ``missed_speakers`` they
-    first add the voices the clustering missed (``missed_speakers.MissedSpeakers``; not when ``num_speakers`` is
-    given, and up to ``max_speakers``).
+    With ``missed_speakers``, short windows of the recording first add the voices the clustering missed
+    (``missed_speakers.MissedSpeakers``; not when ``num_speakers`` is given, and up to ``max_speakers``); with
+    ``resegment`` they then correct who speaks when (``resegmentation.Resegmentation``). With ``single_pass`` set
+    (CAM++ only, see ``load_pipeline``), the embedding network runs once over the recording instead of once per
+    window (``CAMPPlusEmbedding.embed_recording``) and the steps pool their windows from that pass's features;
+    otherwise they embed their windows' audio (``voice_windows``). ``adopt`` gives a pipeline of pyannote's own
+    class (community-1's) these steps.
     """
 
     single_pass = False
@@ -70,28 +74,44 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
             self.klustering = clustering
             self.clustering = SpeakerClustering(metric=self.clustering.metric)
 
+    @classmethod
+    def adopt(cls, pipeline: PyannoteSpeakerDiarization, steps: bool = True) -> SpeakerDiarization:
+        """``pipeline`` (pyannote's class, as loaded: models, clustering, PLDA, parameters) as this class, with the
+        missed-speaker search and the resegmentation when ``steps``."""
+        pipeline.__class__ = cls
+        pipeline.resegmentation = Resegmentation() if steps else None
+        pipeline.missed_speakers = MissedSpeakers() if steps else None
+        return pipeline
+
     @property
     def embedding_model(self) -> torch.nn.Module | None:
         return getattr(self._embedding, "model_", None)
 
+    def voice_windows(self, file, features: torch.Tensor | None = None) -> VoiceWindows:
+        """The recording's windows for the steps: pooled from the single pass's ``features``, or from its audio."""
+        if features is not None:
+            return FeatureWindows(self.embedding_model, features)
+        waveform, sample_rate = self._audio(file)
+        return AudioWindows(self._embedding, waveform, sample_rate, self.embedding_batch_size)
+
     def apply(self, file, *args, **kwargs):
-        """pyannote's diarization, then the missed speakers and the resegmentation on the features the single pass
-        left in ``file``."""
+        """pyannote's diarization, then the missed speakers and the resegmentation."""
         output = super().apply(file, *args, **kwargs)
         features = file.pop(FEATURES, None)
-        if self.resegmentation is None or features is None or getattr(output, "speaker_embeddings", None) is None:
+        if self.resegmentation is None or getattr(output, "speaker_embeddings", None) is None:
             return output
         diarization = output.speaker_diarization
         labels = list(diarization.labels())
         centroids = output.speaker_embeddings[: len(labels)]
+        voices = self.voice_windows(file, features)
         if self.missed_speakers is not None and kwargs.get("num_speakers") is None:
             room = None if kwargs.get("max_speakers") is None else max(0, kwargs["max_speakers"] - len(labels))
-            missed = self.missed_speakers(self.embedding_model, features, diarization, centroids, room)
+            missed = self.missed_speakers(voices, diarization, centroids, room)
             if len(missed):  # scaled like the clustering's centroids
                 labels += _new_labels(labels, len(missed))
                 centroids = np.vstack([centroids, missed * np.linalg.norm(centroids, axis=1).mean()])
         output.speaker_diarization, output.exclusive_speaker_diarization = self.resegmentation(
-            self.embedding_model, features, diarization, output.exclusive_speaker_diarization, centroids, labels
+            voices, diarization, output.exclusive_speaker_diarization, centroids, labels
         )
         output.speaker_embeddings = centroids[[labels.index(label) for label in output.speaker_diarization.labels()]]
         return output
@@ -137,18 +157,27 @@ def _new_labels(labels: list[str], count: int) -> list[str]:
     return list(itertools.islice((label for label in free if label not in labels), count))
 
 
-def load_pipeline(model: str, token: str | None, device: torch.device, single_pass: bool | None = None) -> Pipeline:
+def load_pipeline(
+    model: str, token: str | None, device: torch.device, single_pass: bool | None = None, steps: bool = True
+) -> Pipeline:
     """Load a diarization pipeline from a hub id or a local folder holding ``config.yaml``.
 
-    ``single_pass``: compute CAM++ embeddings in one pass over each recording (``SpeakerDiarization``);
-    ``None``: whenever the pipeline can.
+    A pipeline of pyannote's own ``SpeakerDiarization`` class (community-1's) is adopted into the project's
+    subclass, with the missed-speaker search and the resegmentation unless ``steps`` is false (which also turns
+    them off in a pipeline of the project's class). ``single_pass``: compute CAM++ embeddings in one pass over
+    each recording; ``None``: whenever the pipeline can.
     """
-    pipeline = Pipeline.from_pretrained(model, token=token)
+    with loading("diarization pipeline", model, lambda: pipeline_files(model)):
+        pipeline = Pipeline.from_pretrained(model, token=token)
     if pipeline is None:
         raise ModelLoadError(
             f"could not load the diarization pipeline {model!r}: for gated pyannote models accept their "
             "conditions on the hub and set HF_TOKEN"
         )
+    if isinstance(pipeline, PyannoteSpeakerDiarization) and not isinstance(pipeline, SpeakerDiarization):
+        pipeline = SpeakerDiarization.adopt(pipeline, steps)
+    elif isinstance(pipeline, SpeakerDiarization) and not steps:
+        pipeline.resegmentation = pipeline.missed_speakers = None
     can = isinstance(pipeline, SpeakerDiarization) and hasattr(pipeline.embedding_model, "embed_recording")
     if single_pass and not can:
         raise ModelLoadError(
@@ -198,4 +227,13 @@ def diarize(
     if centroids is not None and len(artifacts) == 2:
         duration = len(waveform) / SAMPLE_RATE
         evidence = speaker_evidence(artifacts["segmentation"], artifacts["embeddings"], centroids, labels, duration)
-    return Diarization(sorted(turns, key=lambda turn: (turn.start, turn.end)), overlaps, embeddings, evidence)
+    notes = []
+    if not isinstance(pipeline, SpeakerDiarization):
+        notes.append(
+            f"the diarization pipeline is a {type(pipeline).__name__}, not pyannote's SpeakerDiarization: "
+            "no missed-speaker search or resegmentation"
+        )
+    if centroids is None:
+        notes.append("the diarization pipeline gives no speaker embeddings: no confidence, names or voiceprints")
+    turns.sort(key=lambda turn: (turn.start, turn.end))
+    return Diarization(turns, overlaps, embeddings, evidence, tuple(notes))

@@ -3,7 +3,7 @@
 pyannote's segmentation follows up to three local speakers per 10 s window, and the clustering labels each local
 speaker as a whole. When two voices alternate quickly, the segmentation may keep them in one local speaker, and
 the clustering then gives both voices' turns to one speaker (and that speaker's centroid is a blend of the two).
-Here CAM++ embeddings of short sliding windows over the single-speaker frames are matched to the speakers'
+Here speaker embeddings of short sliding windows over the single-speaker frames are matched to the speakers'
 centroids, which are first refined on those windows (k-means started from the clustering's centroids, as in
 resegmentation with a variational Bayes HMM); a stretch whose windows match another speaker better by ``margin``,
 and for ``min_run`` seconds at least, changes speaker. Overlapped speech and the number of speakers are kept.
@@ -12,19 +12,12 @@ and for ``min_run`` seconds at least, changes speaker. Overlapped speech and the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from pyannote.core import Annotation, Segment, Timeline
 
 from speech.speakers.clustering import centroid
-
-if TYPE_CHECKING:  # CAM++ (speakerlab) is imported only by a pipeline that uses it
-    from speech.speakers.campplus import CAMPPlusEmbedding
-
-_BATCH = 256
-"""Sliding windows pooled at once (256 x 1 s of 512-channel frames: about 26 MB)."""
+from speech.speakers.voice_windows import VoiceWindows
 
 
 @dataclass(frozen=True)
@@ -44,26 +37,24 @@ class Resegmentation:
 
     def __call__(
         self,
-        model: CAMPPlusEmbedding,
-        features: torch.Tensor,
+        voices: VoiceWindows,
         diarization: Annotation,
         exclusive: Annotation,
         centroids: np.ndarray,
         labels: list[str] | None = None,
     ) -> tuple[Annotation, Annotation]:
         """``diarization`` and ``exclusive`` (pyannote's outputs) with single-speaker stretches moved to the speaker
-        they sound like; ``features``: the recording's CAM++ trunk features
-        (``CAMPPlusEmbedding.recording_features``). ``labels``: the speakers of ``centroids``' rows (by default
-        ``diarization``'s labels); a speaker not in ``diarization`` yet (``missed_speakers``) may receive stretches
-        whatever ``min_speech``."""
+        they sound like; ``voices``: the recording's windows (``voice_windows``). ``labels``: the speakers of
+        ``centroids``' rows (by default ``diarization``'s labels); a speaker not in ``diarization`` yet
+        (``missed_speakers``) may receive stretches whatever ``min_speech``."""
         labels = labels or list(diarization.labels())
         if len(labels) < 2:
             return diarization, exclusive
-        frame = model.frame_seconds
-        active = active_frames(diarization, labels, features.shape[-1], frame)
+        frame = voices.frame_seconds
+        active = active_frames(diarization, labels, voices.num_frames, frame)
         single = active.sum(axis=1) == 1
         current = np.where(single, active.argmax(axis=1), -1)
-        scores = self._scores(model, features, single, centroids[: len(labels)])
+        scores = self._scores(voices, single, centroids[: len(labels)])
         if scores is None:
             return diarization, exclusive
         heard = np.bincount(current[single], minlength=len(labels)) * frame
@@ -86,17 +77,15 @@ class Resegmentation:
         ]
         return _moved(diarization, stretches), _moved(exclusive, stretches)
 
-    def _scores(
-        self, model: CAMPPlusEmbedding, features: torch.Tensor, single: np.ndarray, centroids: np.ndarray
-    ) -> np.ndarray | None:
+    def _scores(self, voices: VoiceWindows, single: np.ndarray, centroids: np.ndarray) -> np.ndarray | None:
         """(frames, speakers): the mean cosine between the refined centroids and the sliding windows over each frame
         (NaN where no window is); ``None`` when no window has enough single-speaker frames."""
-        width, hop = round(self.window / model.frame_seconds), round(self.hop / model.frame_seconds)
+        width, hop = round(self.window / voices.frame_seconds), round(self.hop / voices.frame_seconds)
         starts = [s for s in range(0, max(1, len(single) - width + 1), hop) if 2 * single[s : s + width].sum() >= width]
         if not starts:
             return None
         weights = np.stack([single[s : s + width] for s in starts]).astype(np.float32)
-        embeddings = window_embeddings(model, features, starts, width, weights)
+        embeddings = voices.embed(starts, width, weights)
         norms = np.linalg.norm(centroids, axis=1, keepdims=True)
         means = np.divide(centroids, norms, out=np.zeros_like(centroids, dtype=float), where=norms > 0)
         for _ in range(self.rounds):
@@ -111,25 +100,6 @@ class Resegmentation:
             count[start : start + width] += 1
         with np.errstate(invalid="ignore", divide="ignore"):
             return total / count[:, None]
-
-
-def window_embeddings(
-    model: CAMPPlusEmbedding, features: torch.Tensor, starts: list[int], width: int, weights: np.ndarray | None = None
-) -> np.ndarray:
-    """(windows, dimension) unit embeddings of the ``width`` frames from each of ``starts``, pooled with the
-    (windows, width) frame ``weights`` (all frames by default)."""
-    embeddings = []
-    with torch.inference_mode():
-        for batch in range(0, len(starts), _BATCH):
-            batch_starts = starts[batch : batch + _BATCH]
-            frames = torch.stack([features[:, s : s + width] for s in batch_starts])
-            if weights is None:
-                batch_weights = torch.ones(len(batch_starts), 1, width)
-            else:
-                batch_weights = torch.from_numpy(weights[batch : batch + _BATCH])[:, None]
-            embeddings.append(model.pool(frames, batch_weights.to(frames.device))[:, 0].cpu().numpy())
-    embeddings = np.concatenate(embeddings)
-    return embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
 
 
 def active_frames(annotation: Annotation, labels: list[str], frames: int, frame: float) -> np.ndarray:

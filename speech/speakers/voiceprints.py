@@ -27,6 +27,8 @@ from speech.types import Diarization, Match, Voiceprint
 MATCH_THRESHOLD = 0.605
 """Cosine similarity from which a speaker takes a reference's name (CAM++ of the offline bundle; measured by
 ``bench/calibrate_voiceprints.py``, results in ``bench/measurements/voiceprint-calibration.txt``)."""
+CALIBRATED = {"CAMPPlusEmbedding": MATCH_THRESHOLD}
+"""The match threshold of each embedding model (by class) that has been calibrated."""
 MAX_AUDIO_REFERENCES = 8
 """Most ``known_speaker_references`` in one request (OpenAI's API takes 4)."""
 MAX_EMBEDDING_REFERENCES = 64
@@ -59,7 +61,8 @@ class SpeakerEmbedder:
     """The embedding model of a pyannote diarization pipeline, applied to whole clips, and its identity.
 
     ``model`` names the weights (class, dimension and a hash of the state dict), so that voiceprints of another
-    model, which cannot be compared, are recognised as such.
+    model, which cannot be compared, are recognised as such; ``threshold`` is its calibrated match threshold
+    (``None``: not calibrated).
     """
 
     def __init__(self, pipeline):
@@ -74,6 +77,7 @@ class SpeakerEmbedder:
             self.model = f"{type(network).__name__}-{self.dimension}-{digest.hexdigest()[:12]}"
         else:
             self.model = f"{pipeline.embedding}-{self.dimension}"
+        self.threshold = CALIBRATED.get(type(network).__name__)
 
     def embed(self, waveform: np.ndarray) -> np.ndarray | None:
         """The L2-normalised embedding of a 16 kHz mono clip; ``None`` if the model gives none."""

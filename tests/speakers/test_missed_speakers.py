@@ -11,6 +11,7 @@ from config import ModelSettings
 from speech.audio import SAMPLE_RATE
 from speech.speakers.missed_speakers import MissedSpeakers
 from speech.speakers.pipeline import load_pipeline
+from speech.speakers.voice_windows import FeatureWindows
 
 # Two Kokoro voices of the test set (``bench/conversations.TEST_VOICES``), taking turns.
 VOICES = ("af_aoede", "am_adam")
@@ -29,10 +30,10 @@ def pipeline():
     return load_pipeline(settings.diarization_model, settings.token, torch.device("cpu"))
 
 
-def _features(pipeline, audio) -> torch.Tensor:
+def _windows(pipeline, audio) -> FeatureWindows:
     model = pipeline.embedding_model
     waveform = audio["waveform"][0]
-    return model.recording_features(waveform, model.num_frames(len(waveform)), 12)
+    return FeatureWindows(model, model.recording_features(waveform, model.num_frames(len(waveform)), 12))
 
 
 def test_a_voice_merged_into_another_is_found_again(pipeline, dialogue):
@@ -43,13 +44,12 @@ def test_a_voice_merged_into_another_is_found_again(pipeline, dialogue):
         merged = pipeline(dict(audio), num_speakers=1)  # the clustering made to give both voices to one speaker
     finally:
         pipeline.missed_speakers, pipeline.resegmentation = missed, resegmentation
-    model, features = pipeline.embedding_model, _features(pipeline, audio)
+    windows = _windows(pipeline, audio)
     labels = list(merged.speaker_diarization.labels())
-    found = MissedSpeakers()(model, features, merged.speaker_diarization, merged.speaker_embeddings)
+    found = MissedSpeakers()(windows, merged.speaker_diarization, merged.speaker_embeddings)
     assert len(labels) == 1 and len(found) == 1
     mended, _ = resegmentation(
-        model,
-        features,
+        windows,
         merged.speaker_diarization,
         merged.exclusive_speaker_diarization,
         np.vstack([merged.speaker_embeddings, found]),
@@ -63,9 +63,7 @@ def test_a_right_diarization_gets_no_new_speaker(pipeline, dialogue):
     audio, _ = dialogue
     output = pipeline(dict(audio))
     assert len(output.speaker_diarization.labels()) == 2
-    found = MissedSpeakers()(
-        pipeline.embedding_model, _features(pipeline, audio), output.speaker_diarization, output.speaker_embeddings
-    )
+    found = MissedSpeakers()(_windows(pipeline, audio), output.speaker_diarization, output.speaker_embeddings)
     assert len(found) == 0
 
 
