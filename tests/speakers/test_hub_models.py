@@ -1,0 +1,109 @@
+"""The production configuration by hub id, offline: a community-1-shaped pipeline (pyannote's own class, VBx with
+the bundle's PLDA) and Whisper base from a Hugging Face cache, with ``HF_HUB_OFFLINE=1``; and loading failures that
+say what to do."""
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SENTENCES, encode, kokoro_dialogue
+
+from speech.audio import SAMPLE_RATE, decode
+from tools.hub_cache import COMMUNITY_1, build
+
+REQUESTS = r"""
+import json, sys
+from handler import EndpointHandler
+from speech.speakers.pipeline import SpeakerDiarization
+
+handler = EndpointHandler()
+requests = json.load(open(sys.argv[1]))
+out = {
+    "class": type(handler.diarization).__mro__[1].__module__ + "." + type(handler.diarization).__mro__[1].__name__,
+    "clustering": type(handler.diarization.clustering).__name__,
+    "steps": handler.diarization.resegmentation is not None,
+    "single_pass": handler.diarization.single_pass,
+}
+for name, request in requests.items():
+    out[name] = handler(request)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("hub"))
+
+
+def _run(cache: Path, environment: dict, script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", **environment}
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def test_community_1_and_whisper_base_by_hub_id_offline(hub_cache, sample, tmp_path):
+    """Loaded by their ids from the cache: pyannote's own class with VBx, the project's steps on it; the sample
+    comes back with its two speakers, every turn with a confidence, and known-speaker references name the voices
+    that speak and not one that does not."""
+    audio = sample.audio.read_bytes()
+    waveform = decode(audio, 60).waveform
+    diane = encode(waveform[int(10.78 * SAMPLE_RATE) : int(14.18 * SAMPLE_RATE)], SAMPLE_RATE, "wav", "pcm_s16le")
+    sheila = encode(waveform[int(21.93 * SAMPLE_RATE) : int(28.42 * SAMPLE_RATE)], SAMPLE_RATE, "wav", "pcm_s16le")
+    absent, _ = kokoro_dialogue([("am_adam", SENTENCES[0])])
+    stranger = encode(absent[: 8 * SAMPLE_RATE], SAMPLE_RATE, "wav", "pcm_s16le")
+    inputs = base64.b64encode(audio).decode()
+    known = {
+        "known_speaker_names": ["Diane", "Sheila", "Dan"],
+        "known_speaker_references": [base64.b64encode(clip).decode() for clip in (diane, sheila, stranger)],
+    }
+    requests = {
+        "json": {"inputs": inputs, "parameters": {"return_timestamps": "word"}},
+        "srt": {"inputs": inputs, "parameters": {"response_format": "srt"}},
+        "known": {"inputs": inputs, "parameters": known},
+    }
+    (tmp_path / "requests.json").write_text(json.dumps(requests))
+    environment = {"DIARIZATION_MODEL": COMMUNITY_1, "ASR_MODEL": "openai/whisper-base"}
+    done = _run(hub_cache, environment, REQUESTS, str(tmp_path / "requests.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["class"] == "pyannote.audio.pipelines.speaker_diarization.SpeakerDiarization"
+    assert (out["clustering"], out["steps"], out["single_pass"]) == ("VBxClustering", True, True)
+    response = out["json"]
+    assert len({turn["speaker"] for turn in response["speakers"]}) == 2
+    assert all(turn["confidence"] is not None for turn in response["speakers"])
+    assert not response["warnings"]
+    assert "-->" in out["srt"]["srt"]
+    matches = {match["name"]: match for match in out["known"]["known_speakers"]}
+    assert matches["Diane"]["matched"] and matches["Sheila"]["matched"] and not matches["Dan"]["matched"]
+    assert {turn["speaker"] for turn in out["known"]["speakers"]} == {"Diane", "Sheila"}
+
+
+MISSING = r"""
+import sys
+from speech.errors import ModelLoadError
+from speech.speakers.pipeline import load_pipeline
+import torch
+try:
+    load_pipeline(sys.argv[1], None, torch.device("cpu"))
+except ModelLoadError as error:
+    print(error)
+"""
+
+
+def test_a_file_missing_from_the_offline_cache_is_named(hub_cache):
+    """The PLDA gone from the cache: the error names the model, the file and what to do, not a traceback."""
+    snapshot = next((hub_cache / f"models--{COMMUNITY_1.replace('/', '--')}" / "snapshots").iterdir())
+    (snapshot / "plda" / "plda.npz").rename(snapshot / "plda" / "moved.npz")
+    try:
+        done = _run(hub_cache, {}, MISSING, COMMUNITY_1)
+    finally:
+        (snapshot / "plda" / "moved.npz").rename(snapshot / "plda" / "plda.npz")
+    message = done.stdout.strip()
+    assert COMMUNITY_1 in message and "plda/plda.npz" in message and "HF_HUB_OFFLINE" in message, done.stderr[-2000:]
+    unknown = _run(hub_cache, {}, MISSING, "pyannote/no-such-pipeline").stdout.strip()
+    assert "pyannote/no-such-pipeline" in unknown and "config.yaml" in unknown
