@@ -153,8 +153,9 @@ class InferenceConfig(BaseModel):
 
     assisted: Literal[True, False, "auto"] = "auto"
     """Speculative decoding with the assistant model (``ASSISTANT_MODEL``): the same text, fewer steps of the
-    main decoder. ``true`` decodes every window with it, one at a time (an error if none is loaded); ``auto``
-    uses it where it is faster: a batch of a single window, greedy; ``false`` never."""
+    main decoder. ``true`` decodes every window with it, one at a time, and so the holes decoded again (an error
+    if none is loaded; the temperature fallback samples without it); ``auto`` uses it where it is faster: a batch
+    of a single window, greedy; ``false`` never."""
 
     chunk_length_s: float = Field(default=30.0, ge=5.0, le=30.0)
     """Longest audio window Whisper decodes at once, in seconds; long audio is cut at quiet points."""

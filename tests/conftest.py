@@ -107,6 +107,18 @@ def clip_wav(sample_waveform) -> bytes:
     return encode(sample_waveform[: 15 * SAMPLE_RATE], SAMPLE_RATE, "wav", "pcm_s16le")
 
 
+AMI_DEV = ROOT.parent / "shared" / "data" / "ami-dev"
+"""Seven real AMI meeting excerpts (2-4 speakers) with speaker-attributed references, beside the repository."""
+
+
+@pytest.fixture(scope="session")
+def ami_dev() -> Path:
+    """The ami-dev folder; a test that needs it is skipped where the checkout has none beside it."""
+    if not AMI_DEV.is_dir():
+        pytest.skip(f"{AMI_DEV} is missing")
+    return AMI_DEV
+
+
 @pytest.fixture(scope="session")
 def handler():
     from handler import EndpointHandler

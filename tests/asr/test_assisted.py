@@ -12,6 +12,7 @@ from corpus import Conversation, build
 from transformers import BertConfig, WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
 from config import InferenceConfig, ModelSettings
+from handler import EndpointHandler
 from speech.asr.decoding import DraftDecoder
 from speech.asr.model import Whisper
 from speech.asr.transcriber import WhisperTranscriber
@@ -100,6 +101,29 @@ def test_base_assisted_words_are_the_plain_ones(base, sample_waveform, clip, par
     assert assisted.segments == plain.segments
     assert assisted.decoding.assisted_windows == 1
     assert assisted.decoding.accepted_tokens > 0.5 * assisted.decoding.drafted_tokens  # 69 % on the sample's 12 s
+
+
+@pytest.fixture(scope="module")
+def base_endpoint() -> EndpointHandler:
+    """The endpoint with ``ASR_MODEL=.bundle/whisper-base`` (its draft the assistant) and the default diarization."""
+    return EndpointHandler(settings=ModelSettings(asr_model=str(BUNDLE_DIR / BASE_DIR_NAME)))
+
+
+@pytest.mark.parametrize("meeting", ["EN2001e_0000s", "EN2002a_0000s"])
+def test_base_assisted_answers_real_meetings(base_endpoint, ami_dev, meeting):
+    """Whisper base and its draft through the endpoint on real meetings (AMI, 2 and 4 speakers), ``assisted: true``:
+    where base leaves out speech, several holes of a window are decoded again, each with the assistant (once a 500,
+    as transformers assists a batch of one), and the words, times and speakers are those of plain decoding."""
+    audio = (ami_dev / f"{meeting}.wav").read_bytes()
+    parameters = {"return_timestamps": "word"}
+    assisted = base_endpoint({"inputs": audio, "parameters": {**parameters, "assisted": True}})
+    plain = base_endpoint({"inputs": audio, "parameters": {**parameters, "assisted": False}})
+    decoding = assisted["decoding"]
+    assert decoding["holes"] >= 3
+    assert decoding["assisted_windows"] == decoding["windows"] + decoding["holes"]
+    assert plain["decoding"]["holes"] == decoding["holes"]
+    assert len(assisted["words"]) > 50
+    assert assisted["words"] == plain["words"]
 
 
 def test_the_response_reports_the_assistant(sample_response):
