@@ -62,7 +62,8 @@ def _diarization_pipeline():
     from speech.speakers.pipeline import load_pipeline
 
     settings = ModelSettings()
-    return load_pipeline(settings.diarization_model, None, settings.torch_device, single_pass=False)  # as pyannote
+    # as pyannote runs it: per window, no steps after the clustering
+    return load_pipeline(settings.diarization_model, None, settings.torch_device, single_pass=False, steps=False)
 
 
 def _diarize(pipeline, waveform: np.ndarray) -> list[tuple[float, float, str]]:

@@ -5,6 +5,7 @@ say what to do."""
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,53 @@ def test_a_file_missing_from_the_offline_cache_is_named(hub_cache):
     assert COMMUNITY_1 in message and "plda/plda.npz" in message and "HF_HUB_OFFLINE" in message, done.stderr[-2000:]
     unknown = _run(hub_cache, {}, MISSING, "pyannote/no-such-pipeline").stdout.strip()
     assert "pyannote/no-such-pipeline" in unknown and "config.yaml" in unknown
+
+
+@pytest.fixture(scope="module")
+def resnet_pipeline(tmp_path_factory) -> Path:
+    """A stand-in of community-1 with its shapes: pyannote's class, a WeSpeaker ResNet34 embedding (256-d, random
+    weights), VBx with a 128-dimension PLDA (an identity one), the bundle's segmentation."""
+    import lightning
+    import numpy as np
+    import torch
+    import yaml
+    from pyannote.audio.core.task import Problem, Resolution, Specifications
+    from pyannote.audio.models.embedding import WeSpeakerResNet34
+
+    from tools.hub_cache import COMMUNITY_1_CONFIG
+    from tools.offline_bundle import BUNDLE_DIR, DIARIZATION_DIR_NAME
+
+    folder = tmp_path_factory.mktemp("resnet-pipeline")
+    torch.manual_seed(0)
+    model = WeSpeakerResNet34()
+    model.specifications = Specifications(problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=10.0)
+    checkpoint = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
+    model.on_save_checkpoint(checkpoint)
+    checkpoint["pytorch-lightning_version"] = lightning.__version__
+    (folder / "embedding").mkdir()
+    torch.save(checkpoint, folder / "embedding" / "pytorch_model.bin")
+    (folder / "plda").mkdir()
+    np.savez(folder / "plda" / "xvec_transform.npz", mean1=np.zeros(256), mean2=np.zeros(128), lda=np.eye(256, 128))
+    np.savez(folder / "plda" / "plda.npz", mu=np.zeros(128), tr=np.eye(128), psi=np.ones(128))
+    shutil.copytree(BUNDLE_DIR / DIARIZATION_DIR_NAME / "segmentation", folder / "segmentation")
+    (folder / "config.yaml").write_text(yaml.safe_dump(COMMUNITY_1_CONFIG))
+    return folder
+
+
+def test_the_steps_run_on_a_resnet_embedding(resnet_pipeline, sample_waveform):
+    """Any embedding pyannote loads: the resegmentation and missed-speaker search embed their windows' audio, every
+    turn has a confidence, and known speakers say that the threshold is not calibrated for this embedding."""
+    from config import ModelSettings
+    from handler import EndpointHandler
+
+    handler = EndpointHandler(settings=ModelSettings(diarization_model=str(resnet_pipeline)))
+    assert handler.diarization.resegmentation is not None and not handler.diarization.single_pass
+    clip = encode(sample_waveform[: 10 * SAMPLE_RATE], SAMPLE_RATE, "wav", "pcm_s16le")
+    reference = base64.b64encode(
+        encode(sample_waveform[7 * SAMPLE_RATE : 10 * SAMPLE_RATE], SAMPLE_RATE, "wav", "pcm_s16le")
+    )
+    parameters = {"known_speaker_names": ["Diane"], "known_speaker_references": [reference.decode()]}
+    response = handler({"inputs": clip, "parameters": parameters})
+    assert response["speakers"] and all(turn["confidence"] is not None for turn in response["speakers"])
+    assert [warning for warning in response["warnings"] if "diarization pipeline" in warning] == []  # every step ran
+    assert any("speaker_match_threshold 0.605 is calibrated for the CAM++" in w for w in response["warnings"])
