@@ -4,8 +4,9 @@
 #
 # Everything the check needs travels in gpu_carry/ (git-ignored): this project's other packages (cp312 wheels,
 # unpacked), the bundle's Whisper and diarization folders, the 10-minute conversation, and recorded flite/espeak-ng
-# output for the conversations tests/asr/test_assisted.py synthesizes (the device has no TTS). That is about 170 MB,
-# more than one call carries (64 MiB), so it goes in three parts, the last call running the check:
+# output for the conversations tests/asr/test_assisted.py synthesizes (the device has no TTS), whisper-base's tokenizer
+# (tests/asr/whisper_shapes.py builds large-v3's from it). That is about 175 MB, more than one call carries (64 MiB),
+# so it goes in three parts, the last call running the check:
 #
 #   bash bench/gpu_check.sh prepare                 # here, after `make bundle`: writes gpu_carry/{1,2,3}
 #   run(carry=["gpu_carry/1"], command="bash bench/gpu_check.sh stash 1")                 # also tries the imports
@@ -16,13 +17,17 @@
 # check: reassembles and sha256-checks the carry, rebuilds the draft from Whisper (offline_bundle.build_draft), runs
 # bench/benchmark.py's measure() in a fresh process per run (endpoint on the sample and on 10 minutes, peer on the
 # sample: wall, RTF, peak RSS, peak GPU memory allocated, load and warm-up included), the sample request after request
-# in one process (plain against assisted), then tests/test_handler.py and tests/asr/test_assisted.py (ModelSettings picks
-# cuda and float16). Log, results and junit XML land in $OUT.
+# in one process (plain against assisted), then tests/test_handler.py, tests/asr/test_assisted.py and
+# tests/asr/test_production_shapes.py (ModelSettings picks cuda and float16), then the production shapes at full size
+# (random weights: large-v3 and large-v3-turbo, each with a distil-large-v3-style draft; whisper_shapes.py): load, the
+# sample plain against assisted, peak GPU memory. Random weights loop to the token budget and the draft's tokens are
+# almost never accepted: this times the models' steps and memory, not what a trained draft saves.
+# Log, results and junit XML land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 STASH=${STASH:-/root/stash} SITE=${SITE:-/root/site} TTS_BIN=${TTS_BIN:-/root/tts-bin}  # SITE must end in /site
-SPLIT=56M
+SPLIT=60M
 
 tts_shim() {  # $1: folder for stand-ins of flite and espeak-ng that record (TTS_RECORD=1) or replay their output
     mkdir -p "$1"
@@ -64,6 +69,9 @@ prepare() {
         --platform manylinux2014_x86_64 --target gpu_carry/site $pins
     tar -C gpu_carry -cf - site | nice -n 19 xz -6 -T1 >$stage/site.tar.xz
     cp -r .bundle/whisper-tiny.en .bundle/speaker-diarization .bundle/bundle.json $stage/.bundle/
+    mkdir -p $stage/.bundle/whisper-base
+    cp .bundle/whisper-base/{tokenizer.json,tokenizer_config.json,special_tokens_map.json,added_tokens.json} \
+        .bundle/whisper-base/generation_config.json $stage/.bundle/whisper-base/
     sha256sum .bundle/whisper-tiny.en-draft/model.safetensors >$stage/draft.sha256
     .venv/bin/python -c 'import sys; sys.path[:0] = ["bench", "."]; from benchmark import recording; recording(10)'
     cp bench/recordings/conversation-10min.{wav,json} $stage/bench/recordings/
@@ -211,7 +219,36 @@ EOF
 
     echo "== tests"
     timeout 300 $PY -m pytest -q -p no:cacheprovider -rfE --tb=short --junitxml="$OUT/pytest.xml" \
-        tests/test_handler.py tests/asr/test_assisted.py || echo "pytest exit status $?"
+        tests/test_handler.py tests/asr/test_assisted.py tests/asr/test_production_shapes.py || echo "pytest exit status $?"
+
+    echo "== production shapes at full size, random weights (the sample, language en; load includes the warm-up)"
+    timeout 300 $PY - "$sample" <<'EOF' | tee "$OUT/production_shapes.txt" || echo "production shapes: exit status $?"
+import sys, tempfile, time
+from pathlib import Path
+import torch
+sys.path[:0] = ["tests/asr", "."]
+from whisper_shapes import LARGE_V3, LARGE_V3_TURBO, build_draft, build_whisper
+from config import ModelSettings
+from handler import EndpointHandler
+from tools.offline_bundle import BASE_DIR_NAME, BUNDLE_DIR
+folder = Path(tempfile.mkdtemp())
+draft = build_draft(folder / "distil-large-v3", full_size=True)
+data = Path(sys.argv[1]).read_bytes()
+for shape in (LARGE_V3, LARGE_V3_TURBO):
+    model = build_whisper(shape, BUNDLE_DIR / BASE_DIR_NAME, folder / shape.name, full_size=True)
+    torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    handler = EndpointHandler(settings=ModelSettings(asr_model=str(model), assistant_model=str(draft)))
+    print(f"{shape.name} + draft: load {time.perf_counter() - started:.1f} s, {handler.whisper.dtype}")
+    for assisted in (False, False, True, True):
+        started = time.perf_counter()
+        decoding = handler({"inputs": data, "parameters": {"assisted": assisted, "language": "en"}})["decoding"]
+        print(f"  assisted {assisted!s:5s}  wall {time.perf_counter() - started:6.2f} s  generate "
+              f"{decoding['seconds']:6.2f} s  drafted {decoding['drafted_tokens']}  accepted {decoding['accepted_tokens']}")
+    print(f"  peak GPU memory allocated {torch.cuda.max_memory_allocated() / 2**20:.0f} MB")
+    del handler
+    torch.cuda.empty_cache()
+EOF
 }
 
 case "${1:-}" in

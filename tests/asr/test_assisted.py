@@ -110,7 +110,7 @@ def base_endpoint() -> EndpointHandler:
 
 
 @pytest.mark.parametrize("meeting", ["EN2001e_0000s", "EN2002a_0000s"])
-def test_base_assisted_answers_real_meetings(base_endpoint, ami_dev, meeting):
+def test_base_assisted_answers_real_meetings(ami_dev, base_endpoint, meeting):
     """Whisper base and its draft through the endpoint on real meetings (AMI, 2 and 4 speakers), ``assisted: true``:
     where base leaves out speech, several holes of a window are decoded again, each with the assistant (once a 500,
     as transformers assists a batch of one), and the words, times and speakers are those of plain decoding."""
@@ -119,8 +119,8 @@ def test_base_assisted_answers_real_meetings(base_endpoint, ami_dev, meeting):
     assisted = base_endpoint({"inputs": audio, "parameters": {**parameters, "assisted": True}})
     plain = base_endpoint({"inputs": audio, "parameters": {**parameters, "assisted": False}})
     decoding = assisted["decoding"]
-    assert decoding["holes"] >= 3
-    assert decoding["assisted_windows"] == decoding["windows"] + decoding["holes"]
+    assert decoding["windows"] == 1 and decoding["holes"] >= 2  # several holes decoded at once, plain
+    assert decoding["assisted_windows"] == 1 + decoding["holes"]
     assert plain["decoding"]["holes"] == decoding["holes"]
     assert len(assisted["words"]) > 50
     assert assisted["words"] == plain["words"]
