@@ -14,6 +14,7 @@ from speech.asr.decoding import WeightMajorProjection, WhisperForDraftedGenerati
 from speech.asr.passes import first_pass_tokens
 from speech.audio import SAMPLE_RATE
 from speech.errors import ModelLoadError
+from speech.hub import WHISPER_FILES, loading
 
 
 class Whisper:
@@ -23,12 +24,12 @@ class Whisper:
         self, model: str, assistant: str | None, device: torch.device, dtype: torch.dtype, token: str | None = None
     ):
         self.device, self.dtype = device, dtype
-        self.processor = WhisperProcessor.from_pretrained(model, token=token)
-        self.model = (
-            WhisperForDraftedGeneration.from_pretrained(model, dtype=dtype, token=token, attn_implementation="sdpa")
-            .to(device)
-            .eval()
-        )
+        with loading("ASR model", model, lambda: list(WHISPER_FILES)):
+            self.processor = WhisperProcessor.from_pretrained(model, token=token)
+            self.model = WhisperForDraftedGeneration.from_pretrained(
+                model, dtype=dtype, token=token, attn_implementation="sdpa"
+            )
+        self.model = self.model.to(device).eval()
         if device.type == "cpu":
             self.model.proj_out = WeightMajorProjection(self.model.proj_out)
         self.generation_config = self.model.generation_config
@@ -44,7 +45,8 @@ class Whisper:
 
     def _load_assistant(self, name: str, token: str | None) -> torch.nn.Module:
         """Load a full Whisper or a decoder-only (distil-whisper style) draft model compatible with the main one."""
-        config = AutoConfig.from_pretrained(name, token=token)
+        with loading("assistant model", name, lambda: ["config.json"]):
+            config = AutoConfig.from_pretrained(name, token=token)
         main = self.model.config
         if config.model_type != "whisper":
             raise ModelLoadError(f"assistant {name!r} is a {config.model_type!r} model, not a Whisper one")
@@ -70,9 +72,9 @@ class Whisper:
                 f"outputs, whose width is {main.d_model}"
             )
         kind = WhisperForCausalLM if decoder_only else WhisperForConditionalGeneration
-        return (
-            kind.from_pretrained(name, dtype=self.dtype, token=token, attn_implementation="sdpa").to(self.device).eval()
-        )
+        with loading("assistant model", name):
+            assistant = kind.from_pretrained(name, dtype=self.dtype, token=token, attn_implementation="sdpa")
+        return assistant.to(self.device).eval()
 
     @property
     def timestamp_begin(self) -> int:

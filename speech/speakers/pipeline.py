@@ -3,9 +3,11 @@ missed speakers, resegmentation) that pyannote's own class is adopted into, and 
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 from collections.abc import Callable
+from contextlib import redirect_stdout
 
 import numpy as np
 import torch
@@ -167,7 +169,8 @@ def load_pipeline(
     them off in a pipeline of the project's class). ``single_pass``: compute CAM++ embeddings in one pass over
     each recording; ``None``: whenever the pipeline can.
     """
-    with loading("diarization pipeline", model, lambda: pipeline_files(model)):
+    # pyannote prints its own guess (a private or gated repository) when a download fails: ``loading`` says what
+    with loading("diarization pipeline", model, lambda: pipeline_files(model)), redirect_stdout(io.StringIO()):
         pipeline = Pipeline.from_pretrained(model, token=token)
     if pipeline is None:
         raise ModelLoadError(

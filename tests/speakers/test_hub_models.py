@@ -64,8 +64,7 @@ def test_community_1_and_whisper_base_by_hub_id_offline(hub_cache, sample, tmp_p
     }
     requests = {
         "json": {"inputs": inputs, "parameters": {"return_timestamps": "word"}},
-        "srt": {"inputs": inputs, "parameters": {"response_format": "srt"}},
-        "known": {"inputs": inputs, "parameters": known},
+        "known": {"inputs": inputs, "parameters": {**known, "response_format": "srt"}},
     }
     (tmp_path / "requests.json").write_text(json.dumps(requests))
     environment = {"DIARIZATION_MODEL": COMMUNITY_1, "ASR_MODEL": "openai/whisper-base"}
@@ -78,7 +77,7 @@ def test_community_1_and_whisper_base_by_hub_id_offline(hub_cache, sample, tmp_p
     assert len({turn["speaker"] for turn in response["speakers"]}) == 2
     assert all(turn["confidence"] is not None for turn in response["speakers"])
     assert not response["warnings"]
-    assert "-->" in out["srt"]["srt"]
+    assert "Diane" in out["known"]["srt"] and "-->" in out["known"]["srt"]
     matches = {match["name"]: match for match in out["known"]["known_speakers"]}
     assert matches["Diane"]["matched"] and matches["Sheila"]["matched"] and not matches["Dan"]["matched"]
     assert {turn["speaker"] for turn in out["known"]["speakers"]} == {"Diane", "Sheila"}
@@ -86,28 +85,35 @@ def test_community_1_and_whisper_base_by_hub_id_offline(hub_cache, sample, tmp_p
 
 MISSING = r"""
 import sys
+import torch
+from speech.asr.model import Whisper
 from speech.errors import ModelLoadError
 from speech.speakers.pipeline import load_pipeline
-import torch
-try:
-    load_pipeline(sys.argv[1], None, torch.device("cpu"))
-except ModelLoadError as error:
-    print(error)
+for kind, model in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        if kind == "pipeline":
+            load_pipeline(model, None, torch.device("cpu"))
+        else:
+            Whisper(model, None, torch.device("cpu"), torch.float32)
+    except ModelLoadError as error:
+        print(error)
 """
 
 
 def test_a_file_missing_from_the_offline_cache_is_named(hub_cache):
-    """The PLDA gone from the cache: the error names the model, the file and what to do, not a traceback."""
+    """A file gone from the cache, a pipeline or a Whisper not in it: the error names the model, the file and what
+    to do, not a traceback."""
     snapshot = next((hub_cache / f"models--{COMMUNITY_1.replace('/', '--')}" / "snapshots").iterdir())
     (snapshot / "plda" / "plda.npz").rename(snapshot / "plda" / "moved.npz")
+    models = ["pipeline", COMMUNITY_1, "pipeline", "pyannote/no-such-pipeline", "asr", "openai/whisper-large-v3"]
     try:
-        done = _run(hub_cache, {}, MISSING, COMMUNITY_1)
+        done = _run(hub_cache, {}, MISSING, *models)
     finally:
         (snapshot / "plda" / "moved.npz").rename(snapshot / "plda" / "plda.npz")
-    message = done.stdout.strip()
-    assert COMMUNITY_1 in message and "plda/plda.npz" in message and "HF_HUB_OFFLINE" in message, done.stderr[-2000:]
-    unknown = _run(hub_cache, {}, MISSING, "pyannote/no-such-pipeline").stdout.strip()
-    assert "pyannote/no-such-pipeline" in unknown and "config.yaml" in unknown
+    plda, unknown, whisper = done.stdout.strip().splitlines()  # nothing else on stdout
+    assert COMMUNITY_1 in plda and "plda/plda.npz" in plda and "HF_HUB_OFFLINE" in plda, done.stderr[-2000:]
+    assert "pyannote/no-such-pipeline" in unknown and "config.yaml is not in the local" in unknown
+    assert "openai/whisper-large-v3" in whisper and "config.json is not in the local" in whisper
 
 
 @pytest.fixture(scope="module")
