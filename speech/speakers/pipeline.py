@@ -104,6 +104,8 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
             return output
         diarization = output.speaker_diarization
         labels = list(diarization.labels())
+        if not labels:  # no speech
+            return output
         centroids = output.speaker_embeddings[: len(labels)]
         voices = self.voice_windows(file, features)
         if self.missed_speakers is not None and kwargs.get("num_speakers") is None:
@@ -177,7 +179,7 @@ def load_pipeline(
             f"could not load the diarization pipeline {model!r}: for gated pyannote models accept their "
             "conditions on the hub and set HF_TOKEN"
         )
-    if isinstance(pipeline, PyannoteSpeakerDiarization) and not isinstance(pipeline, SpeakerDiarization):
+    if type(pipeline) is PyannoteSpeakerDiarization:  # a subclass of another project keeps its own behaviour
         pipeline = SpeakerDiarization.adopt(pipeline, steps)
     elif isinstance(pipeline, SpeakerDiarization) and not steps:
         pipeline.resegmentation = pipeline.missed_speakers = None
