@@ -43,14 +43,13 @@ class EndpointHandler:
     """
 
     def __init__(self, path: str = "", settings: ModelSettings | None = None):
-        self.settings = settings or ModelSettings()
-        for model in (self.settings.asr_model, self.settings.assistant_model, self.settings.diarization_model):
+        self.settings = settings = settings or ModelSettings()
+        for model in (settings.asr_model, settings.assistant_model, settings.diarization_model):
             if model and Path(model).is_relative_to(BUNDLE_DIR) and not Path(model).exists():
                 raise ModelLoadError(f"{model} is missing: build the offline bundle with `make bundle`")
-        device, dtype, token = self.settings.torch_device, self.settings.torch_dtype, self.settings.token
-        self.whisper = Whisper(self.settings.asr_model, self.settings.assistant_model, device, dtype, token)
+        device, dtype, token = settings.torch_device, settings.torch_dtype, settings.token
+        self.whisper = Whisper(settings.asr_model, settings.assistant_model, device, dtype, token)
         self.transcriber = WhisperTranscriber(self.whisper)
-        settings = self.settings
         self.diarization = (
             load_pipeline(
                 settings.diarization_model, token, device, settings.diarization_single_pass, settings.diarization_steps

@@ -42,7 +42,10 @@ def explain(kind: str, model: str, error: Exception, files: Callable[[], list[st
         )
     if any(isinstance(cause, RepositoryNotFoundError) for cause in causes):
         return f"{name}: no such model on the Hugging Face hub, or a private one (check the id, or set HF_TOKEN)"
-    missing = next((file for file in _safe(files) if not isinstance(try_to_load_from_cache(model, file), str)), None)
+    needed = _safe(files)
+    missing = next((file for file in needed if not isinstance(try_to_load_from_cache(model, file), str)), None)
+    if needed and missing is None:  # every file is there: not a download problem
+        return f"{name} could not be loaded ({type(error).__name__}: {error})"
     where = f"{missing} is not" if missing else "its files are not all"
     if constants.HF_HUB_OFFLINE:
         return (

@@ -121,3 +121,51 @@ def test_streaming(endpoint, clip):
     deltas = [event.text for event in events if isinstance(event, TextDelta)]
     assert len(deltas) >= 1
     assert "".join(deltas) == response["text"]
+
+
+PRODUCTION = r"""
+import json, sys
+from handler import EndpointHandler
+
+handler = EndpointHandler()
+response = handler({"inputs": open(sys.argv[1], "rb").read(), "parameters": {"assisted": True}})
+print(json.dumps({"mel_bins": handler.whisper.model.config.num_mel_bins, "assisted": response["decoding"]["assisted"],
+                  "speakers": len(response["speakers"]), "clustering": type(handler.diarization.clustering).__name__}))
+"""
+
+
+def test_the_production_configuration_by_hub_id_offline(production_checkpoints, clip, tmp_path):
+    """ASR_MODEL=openai/whisper-large-v3, ASSISTANT_MODEL=distil-whisper/distil-large-v3 and
+    DIARIZATION_MODEL=pyannote/speaker-diarization-community-1, their stand-ins in a Hugging Face cache, loaded by id
+    with HF_HUB_OFFLINE=1: an assisted request answers."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from tools.hub_cache import COMMUNITY_1, add_repository, build, folder_files
+
+    cache = build(tmp_path / "hub")
+    add_repository(cache, "openai/whisper-large-v3", folder_files(production_checkpoints["large-v3"]))
+    add_repository(cache, "distil-whisper/distil-large-v3", folder_files(production_checkpoints["draft"]))
+    (tmp_path / "clip.wav").write_bytes(clip)
+    models = {
+        "ASR_MODEL": "openai/whisper-large-v3",
+        "ASSISTANT_MODEL": "distil-whisper/distil-large-v3",
+        "DIARIZATION_MODEL": COMMUNITY_1,
+    }
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", **models}
+    done = subprocess.run(
+        [sys.executable, "-c", PRODUCTION, str(tmp_path / "clip.wav")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out == {"mel_bins": MEL_BINS, "assisted": True, "speakers": out["speakers"], "clustering": "VBxClustering"}
+    assert out["speakers"] > 0
