@@ -8,6 +8,7 @@ results, the queued and running ones queued again (a job cut short by the restar
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -24,6 +25,8 @@ import anyio
 import anyio.to_thread
 
 from speech.errors import EndpointError, RequestCancelledError, RequestError, ServiceUnavailableError
+
+_log = logging.getLogger("server")
 
 JobStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
 Handler = Callable[..., dict]
@@ -201,6 +204,7 @@ class JobStore:
 
         try:
             result = endpoint(data, progress=progress)
+            text = json.dumps(result, ensure_ascii=False)
         except EndpointError as error:
             with self._lock:
                 job = self._jobs.get(job_id)
@@ -213,10 +217,17 @@ class JobStore:
                 else:
                     self._finish(job, "failed", JobError(error.status_code, str(error)))
             return
+        except Exception as error:  # not a request's error: the job fails, the server goes on
+            _log.exception("job %s failed unexpectedly", job_id)
+            with self._lock:
+                if (job := self._jobs.get(job_id)) is not None:
+                    message = f"the job failed unexpectedly ({type(error).__name__}); the server log has the details"
+                    self._finish(job, "failed", JobError(500, message))
+            return
         with self._lock:
             job = self._jobs.get(job_id)
             if job is not None:
-                _write(self.folder / job_id / "result.json", json.dumps(result, ensure_ascii=False))
+                _write(self.folder / job_id / "result.json", text)
                 self._finish(replace(job, progress=JobProgress("done", 1, 1, 1.0)), "completed")
 
     def _finish(self, job: Job, status: JobStatus, error: JobError | None = None) -> Job:

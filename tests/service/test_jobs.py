@@ -24,7 +24,7 @@ def wait_for(client: TestClient, job_id: str, *statuses: str, timeout_s: float =
 
 
 class GatedHandler:
-    """Reports progress until released; then answers, or fails like an unreadable file when told to."""
+    """Reports progress until released; then answers, or fails like an unreadable file (or a bug) when told to."""
 
     def __init__(self):
         self.settings = ModelSettings()
@@ -37,6 +37,8 @@ class GatedHandler:
             progress("transcription", 0, 1)
         if data["parameters"].get("prompt") == "fail":
             raise InvalidAudioError("inputs: not audio")
+        if data["parameters"].get("prompt") == "crash":
+            raise RuntimeError("a bug")
         return {"text": f"{len(data['inputs'])} bytes", "speakers": []}
 
 
@@ -81,6 +83,20 @@ def test_cancelling_queued_and_running_jobs_and_a_failure(tmp_path):
         conflict = client.get(f"/jobs/{failing}/result")
         assert conflict.status_code == 409 and "it is failed: inputs: not audio" in conflict.json()["error"]
         assert client.post(f"/jobs/{failing}/cancel").status_code == 409
+
+
+def test_an_unexpected_exception_fails_the_job_and_the_next_one_runs(tmp_path):
+    gated = GatedHandler()
+    gated.release.set()
+    with TestClient(create_app(handler=gated, server_settings=ServerSettings(jobs_dir=tmp_path))) as client:
+        ready(client)
+        crashing = client.post("/jobs", json={"inputs": "AAAA", "parameters": {"prompt": "crash"}}).json()["id"]
+        following = client.post("/jobs", json={"inputs": "AAAA", "parameters": {}}).json()["id"]
+        failed = wait_for(client, crashing, "failed")
+        assert failed["error"]["status"] == 500 and "RuntimeError" in failed["error"]["message"]
+        assert "a bug" not in failed["error"]["message"]  # the details stay in the server log
+        assert wait_for(client, following, "completed")["status"] == "completed"
+        assert client.get("/health").status_code == 200
 
 
 def test_jobs_left_queued_or_running_run_after_a_restart(tmp_path):
