@@ -51,7 +51,7 @@ MIN_PIECE_S, MAX_PIECE_S = 1.5, 6.0
 
 
 def _sentences() -> list[str]:
-    return [line for lines in TUNE.values() for line in (lines if isinstance(lines, (list, tuple)) else [lines])]
+    return [line for lines in TUNE.values() for line in lines]
 
 
 def ami_voices(folder: Path, pieces: int) -> dict[str, list[np.ndarray]]:

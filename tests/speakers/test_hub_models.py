@@ -19,7 +19,6 @@ from tools.hub_cache import COMMUNITY_1, build
 REQUESTS = r"""
 import json, sys
 from handler import EndpointHandler
-from speech.speakers.pipeline import SpeakerDiarization
 
 handler = EndpointHandler()
 requests = json.load(open(sys.argv[1]))
