@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -307,3 +308,47 @@ class ServerSettings(BaseSettings):
     demo_job_min_duration_s: float = Field(default=180.0, ge=0)
     """The demo page (``/ui``) sends recordings at least this long as jobs, with a progress bar; shorter ones as
     one request."""
+
+    api_keys: SecretStr = SecretStr("")
+    """Keys that may use the server, comma-separated: every route but ``/health`` and the ``/ui`` page then needs
+    ``Authorization: Bearer <key>``, and each key sees only its own jobs. Empty: no key needed, which is only
+    allowed on a loopback address unless ``ALLOW_UNAUTHENTICATED`` is true."""
+
+    api_keys_file: Path | None = None
+    """A file of more keys, one per line (blank lines and ``#`` comments skipped)."""
+
+    allow_unauthenticated: bool = False
+    """Listen on a non-loopback ``HOST`` without API keys (anyone who can reach the port may use the server)."""
+
+    jobs_max_queued: int = Field(default=16, ge=1)
+    """Jobs a key may have queued or running at once; one more is answered 429 with ``Retry-After``."""
+
+    jobs_ttl_s: float = Field(default=7 * 24 * 3600, gt=0)
+    """Finished jobs, with their results, are removed this long after they finish (the job's ``expires_at``)."""
+
+    webhook_secret: SecretStr | None = None
+    """Key that signs the jobs' webhooks (Standard Webhooks: ``whsec_`` and base64); without it ``webhook_url`` is
+    refused."""
+
+    webhook_allowed_hosts: str = ""
+    """Hosts, comma-separated, that webhooks may be sent to although they are (or resolve to) a loopback, private
+    or link-local address; any other such host is refused."""
+
+    def keys(self) -> list[str]:
+        """The API keys of ``API_KEYS`` and ``API_KEYS_FILE``."""
+        keys = self.api_keys.get_secret_value().split(",")
+        if self.api_keys_file is not None:
+            lines = self.api_keys_file.read_text().splitlines()
+            keys += [line for line in lines if not line.strip().startswith("#")]
+        return [key.strip() for key in keys if key.strip()]
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _standard_webhooks_secret(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is None or not secret.get_secret_value():
+            return None
+        try:
+            base64.b64decode(secret.get_secret_value().removeprefix("whsec_"), validate=True)
+        except ValueError:
+            raise ValueError("expected whsec_ followed by base64 (Standard Webhooks)") from None
+        return secret

@@ -169,11 +169,16 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.server import create_app
+    from service.server.auth import ApiKeys, exposure_problem
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ServerSettings()
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
+    problem = exposure_problem(host, ApiKeys(settings.keys()), settings.allow_unauthenticated)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     uvicorn.run(create_app(server_settings=settings), host=host, port=port, access_log=False)
     return 0
 

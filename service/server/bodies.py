@@ -1,15 +1,29 @@
-"""Request bodies, read within a size limit: the JSON or raw audio of ``POST /`` (and ``POST /jobs``)."""
+"""Request bodies, read within a size limit and spooled to disk beyond a few MB: the JSON or raw audio of
+``POST /`` (and ``POST /jobs``). Reading the body off the event loop (``RequestBody.data``) happens in the worker
+thread, once the request's turn has come."""
 
 from __future__ import annotations
 
+import binascii
 import json
+import re
+import tempfile
+from dataclasses import dataclass
+from typing import IO
 
+import anyio.to_thread
 from starlette.requests import Request
 
 from speech.errors import AudioTooLongError, InvalidAudioError, RequestError
 
 RAW_AUDIO_TYPES = ("audio/", "video/", "application/octet-stream")
 BODY_OVERHEAD_BYTES = 1024 * 1024  # JSON or multipart framing around the audio
+SPOOL_MEMORY_BYTES = 4 * 1024 * 1024
+"""A body larger than this goes to a temporary file as it arrives."""
+_WRITE_BYTES = 1024 * 1024
+_BASE64_CHUNK = 4 * 1024 * 1024  # a multiple of 4: whole base64 quanta
+_INPUTS_FIRST = re.compile(rb'\s*\{\s*"inputs"\s*:\s*"')
+_QUOTE_OR_ESCAPE = re.compile(rb'["\\]')
 
 
 def body_limit(max_request_bytes: int) -> int:
@@ -17,39 +31,109 @@ def body_limit(max_request_bytes: int) -> int:
     return max_request_bytes * 4 // 3 + BODY_OVERHEAD_BYTES
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it exceeds ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise AudioTooLongError(f"the request body ({declared} bytes) is larger than the {limit}-byte limit")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise AudioTooLongError(f"the request body is larger than the {limit}-byte limit")
-    return bytes(body)
-
-
 def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-async def request_data(request: Request, limit: int) -> dict:
-    """``{"inputs", "parameters"}`` from a body of ``POST /``: JSON, or the audio with the query's parameters."""
+async def spool(request: Request, limit: int) -> IO[bytes]:
+    """The request body in a temporary file (in memory up to ``SPOOL_MEMORY_BYTES``), refused with 413 as soon as
+    it exceeds ``limit`` bytes, from the declared length before anything is read. The caller closes it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise AudioTooLongError(f"the request body ({declared} bytes) is larger than the {limit}-byte limit")
+    file = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115 (the caller closes it)
+    try:
+        size, pending = 0, bytearray()
+        async for piece in request.stream():
+            size += len(piece)
+            if size > limit:
+                raise AudioTooLongError(f"the request body is larger than the {limit}-byte limit")
+            pending += piece
+            if len(pending) >= _WRITE_BYTES:
+                await anyio.to_thread.run_sync(file.write, pending)
+                pending = bytearray()
+        await anyio.to_thread.run_sync(file.write, pending)
+        file.seek(0)
+    except BaseException:
+        file.close()
+        raise
+    return file
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """A small body (a transcript to convert) whole, within ``limit`` bytes."""
+    with await spool(request, limit) as file:
+        return await anyio.to_thread.run_sync(file.read)
+
+
+@dataclass
+class RequestBody:
+    """A spooled ``POST /`` body: JSON with base64 ``inputs``, or the audio itself with the query's parameters."""
+
+    file: IO[bytes]
+    is_json: bool
+    query: dict[str, str]
+
+    def data(self) -> dict:
+        """``{"inputs", "parameters"}`` (blocking: call it off the event loop)."""
+        self.file.seek(0)
+        data = json_request(self.file) if self.is_json else {"inputs": self.file.read()}
+        if "parameters" not in data and self.query:
+            data["parameters"] = dict(self.query)
+        return data
+
+    def close(self) -> None:
+        self.file.close()
+
+
+async def request_body(request: Request, limit: int) -> RequestBody:
+    """The body of ``POST /``, spooled; an unaccepted content type is refused before the body is read."""
     kind = media_type(request)
-    body = await read_body(request, limit)
-    if kind == "application/json":
-        data = json_object(body)
-    elif kind.startswith(RAW_AUDIO_TYPES):
-        data = {"inputs": body}
-    else:
+    if kind != "application/json" and not kind.startswith(RAW_AUDIO_TYPES):
         raise InvalidAudioError(
             f"content type {kind or 'missing'!r}: send JSON (application/json) with base64 'inputs', "
             "or the audio file itself as audio/* or application/octet-stream"
         )
-    if "parameters" not in data and request.query_params:
-        data["parameters"] = dict(request.query_params)
-    return data
+    return RequestBody(await spool(request, limit), kind == "application/json", dict(request.query_params))
+
+
+def json_request(file: IO[bytes]) -> dict:
+    """The JSON object of ``file``. When it starts with a large base64 ``"inputs"`` string (as clients write it),
+    that string is decoded to bytes piece by piece, never held whole as text; anything else is parsed whole."""
+    head = file.read(1024)
+    match = _INPUTS_FIRST.match(head)
+    if match is not None:
+        decoded = _base64_string(file, match.end())
+        if decoded is not None:
+            audio, rest = decoded
+            data = json_object(b'{"inputs": null' + rest)
+            data["inputs"] = audio
+            return data
+    file.seek(0)
+    return json_object(file.read())
+
+
+def _base64_string(file: IO[bytes], start: int) -> tuple[bytes, bytes] | None:
+    """The bytes of the plain base64 JSON string starting at ``start``, and the text after the string; ``None``
+    when the string has escapes, whitespace, a data URI or anything but base64 (the whole parse reads it then)."""
+    file.seek(start)
+    pieces, carry = [], b""
+    while True:
+        chunk = file.read(_BASE64_CHUNK)
+        if not chunk:
+            return None  # the string never ends: not JSON
+        found = _QUOTE_OR_ESCAPE.search(chunk)
+        text = carry + (chunk if found is None else chunk[: found.start()])
+        whole = len(text) - len(text) % 4 if found is None else len(text)
+        try:
+            pieces.append(binascii.a2b_base64(text[:whole], strict_mode=True))
+        except binascii.Error:
+            return None
+        carry = text[whole:]
+        if found is not None:
+            if chunk[found.start() : found.start() + 1] == b"\\":
+                return None
+            return b"".join(pieces), chunk[found.end() :] + file.read()
 
 
 def json_object(body: bytes) -> dict:
@@ -60,17 +144,3 @@ def json_object(body: bytes) -> dict:
     if not isinstance(data, dict) or "inputs" not in data:
         raise RequestError('the body must be a JSON object with "inputs" (base64 audio) and optional "parameters"')
     return data
-
-
-def replayed(request: Request, body: bytes) -> Request:
-    """A copy of ``request`` whose body (already read and size-checked) is ``body``."""
-    sent = False
-
-    async def receive() -> dict:
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return Request(request.scope, receive)

@@ -4,7 +4,6 @@ error id that is logged with the exception's types and stack (never its message,
 from __future__ import annotations
 
 import logging
-import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
@@ -34,11 +33,12 @@ def error_id(error: BaseException) -> str:
 
 
 def failure(error: Exception) -> tuple[int, str, str | None, dict[str, str]]:
-    """Status, message, error id (server errors only) and headers for an exception."""
-    if isinstance(error, ServiceUnavailableError):
-        return error.status_code, str(error), None, {"Retry-After": str(error.retry_after_s)}
-    if isinstance(error, RequestError):
-        return error.status_code, str(error), None, {}
+    """Status, message, error id (server errors only) and headers (``Retry-After`` where it helps) for an
+    exception."""
+    retry = getattr(error, "retry_after_s", None)
+    headers = {"Retry-After": str(retry)} if retry is not None else {}
+    if isinstance(error, (RequestError, ServiceUnavailableError)):
+        return error.status_code, str(error), None, headers
     message = str(error) if isinstance(error, EndpointError) else "internal server error"
     return 500, message, error_id(error), {}
 
@@ -50,33 +50,30 @@ def openai_error(status: int, message: str, server_error_id: str | None) -> dict
     return {"error": detail if server_error_id is None else {**detail, "id": server_error_id}}
 
 
+def error_response(error: Exception, openai: bool) -> JSONResponse:
+    """The answer to a failure: OpenAI's error body with ``openai``, else ``error``, ``error_type`` and, for server
+    errors, ``error_id``."""
+    status, message, server_error_id, headers = failure(error)
+    if openai:
+        return JSONResponse(openai_error(status, message, server_error_id), status_code=status, headers=headers)
+    body = {"error": message, "error_type": type(error).__name__}
+    if server_error_id is not None:
+        body["error_id"] = server_error_id
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
 def problems(error: ValidationError) -> str:
     """A validation error's problems, each with where it is (``speakers.0.timestamp: ...``)."""
     return "; ".join(f"{'.'.join(str(part) for part in e['loc']) or 'body'}: {e['msg']}" for e in error.errors())
 
 
-def handled(endpoint: Endpoint, openai_errors: bool) -> Endpoint:
-    """Wrap a route: time it, log it, and answer the project's errors in the route's error format."""
-
-    async def wrapped(request: Request) -> Response:
-        started = time.perf_counter()
-        try:
-            response = await endpoint(request)
-        except Exception as error:
-            status, message, server_error_id, headers = failure(error)
-            body = openai_error(status, message, server_error_id) if openai_errors else {"error": message}
-            if not openai_errors:
-                body["error_type"] = type(error).__name__
-                if server_error_id is not None:
-                    body["error_id"] = server_error_id
-            response = JSONResponse(body, status_code=status, headers=headers)
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        logger.info("%s %s -> %d in %.0f ms", request.method, request.url.path, response.status_code, elapsed_ms)
-        return response
-
-    return wrapped
-
-
 def route(path: str, endpoint: Endpoint, methods: list[str], openai_errors: bool = False) -> Route:
-    """A route whose endpoint is timed, logged and answers errors (OpenAI's error body with ``openai_errors``)."""
-    return Route(path, handled(endpoint, openai_errors), methods=methods)
+    """A route whose endpoint answers errors (OpenAI's error body with ``openai_errors``)."""
+
+    async def answered(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as error:
+            return error_response(error, openai_errors)
+
+    return Route(path, answered, methods=methods)

@@ -1,20 +1,24 @@
-"""Jobs, for long recordings (``service.jobs``): ``POST /jobs`` (a body of ``POST /``), ``GET /jobs``,
-``GET /jobs/{id}``, ``GET /jobs/{id}/result``, ``POST /jobs/{id}/cancel`` and ``DELETE /jobs/{id}``."""
+"""Jobs, for long recordings (``service.jobs``): ``POST /jobs`` (a body of ``POST /``, and an optional
+``webhook_url``), ``GET /jobs``, ``GET /jobs/{id}``, ``GET /jobs/{id}/result``, ``POST /jobs/{id}/cancel`` and
+``DELETE /jobs/{id}``. Each key sees and touches only its own jobs."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import io
 from functools import partial
 
+import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from config import InferenceConfig
-from service.server.bodies import request_data
+from service.jobs import Job
+from service.server.bodies import RequestBody, request_body
 from service.server.errors import route
 from service.server.state import ServerContext
 from speech.audio import request_bytes
+from speech.errors import AudioTooLongError, AudioTooShortError
 
 
 def routes(context: ServerContext) -> list[Route]:
@@ -28,31 +32,61 @@ def routes(context: ServerContext) -> list[Route]:
     ]
 
 
+def owner(request: Request) -> str:
+    """The caller's key id (``service.server.auth.RequireKey``); ``""`` when the server needs no key."""
+    return getattr(request.state, "owner", "")
+
+
 async def submit_job(context: ServerContext, request: Request) -> Response:
-    """Keep the audio and queue it (its parameters checked first); 202 with the job and its ``Location``."""
-    data = await request_data(request, context.body_limit)
-    parameters = data.get("parameters") or {}
+    """Keep the audio and queue it (its parameters and webhook checked first); 202 with the job and its
+    ``Location``. A key with ``JOBS_MAX_QUEUED`` jobs waiting is refused (429) before the body is read."""
+    context.store.admit(owner(request))
+    body = await request_body(request, context.body_limit)
+    try:
+        job = await anyio.to_thread.run_sync(_submit, context, body, owner(request))
+    finally:
+        body.close()
+    return JSONResponse(job.public(), status_code=202, headers={"Location": f"/jobs/{job.id}"})
+
+
+def _submit(context: ServerContext, body: RequestBody, key: str) -> Job:
+    """The job of a spooled body (blocking): the raw audio copied as it is, base64 decoded first."""
+    data = body.data() if body.is_json else {"parameters": dict(body.query)}
+    parameters = dict(data.get("parameters") or {})
+    webhook_url = body.query.get("webhook_url") or parameters.pop("webhook_url", None)
+    parameters.pop("webhook_url", None)
     InferenceConfig.from_parameters(parameters)
-    job = context.store.submit(request_bytes(data["inputs"], context.model_settings.max_request_bytes), parameters)
-    return JSONResponse(asdict(job), status_code=202, headers={"Location": f"/jobs/{job.id}"})
+    if webhook_url is not None:
+        context.webhooks.check(str(webhook_url))
+    limit = context.model_settings.max_request_bytes
+    if body.is_json:
+        return context.store.submit(io.BytesIO(request_bytes(data["inputs"], limit)), parameters, key, webhook_url)
+    size = body.file.seek(0, io.SEEK_END)
+    if not size:
+        raise AudioTooShortError("inputs: the audio is empty")
+    if size > limit:
+        raise AudioTooLongError(f"inputs: {size} bytes is larger than the {limit}-byte limit")
+    body.file.seek(0)
+    return context.store.submit(body.file, parameters, key, webhook_url)
 
 
 async def list_jobs(context: ServerContext, request: Request) -> Response:
-    return JSONResponse({"jobs": [asdict(job) for job in context.store.all()]})
+    return JSONResponse({"jobs": [job.public() for job in context.store.all(owner(request))]})
 
 
 async def job_state(context: ServerContext, request: Request) -> Response:
-    return JSONResponse(asdict(context.store.get(request.path_params["job_id"])))
+    return JSONResponse(context.store.get(request.path_params["job_id"], owner(request)).public())
 
 
 async def job_result(context: ServerContext, request: Request) -> Response:
-    return JSONResponse(context.store.result(request.path_params["job_id"]))
+    result = await anyio.to_thread.run_sync(context.store.result, request.path_params["job_id"], owner(request))
+    return JSONResponse(result)
 
 
 async def cancel_job(context: ServerContext, request: Request) -> Response:
-    return JSONResponse(asdict(context.store.cancel(request.path_params["job_id"])))
+    return JSONResponse(context.store.cancel(request.path_params["job_id"], owner(request)).public())
 
 
 async def delete_job(context: ServerContext, request: Request) -> Response:
-    context.store.delete(request.path_params["job_id"])
+    await anyio.to_thread.run_sync(context.store.delete, request.path_params["job_id"], owner(request))
     return Response(status_code=204)

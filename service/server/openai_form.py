@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Literal
+from functools import partial
+from typing import IO, Literal
 
+import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 
-from service.server.bodies import media_type, read_body, replayed
+from service.server.bodies import media_type, spool
 from service.server.errors import problems
+from service.server.state import Admission
 from speech.errors import InvalidParametersError, RequestError
 from speech.speakers.voiceprints import MAX_REFERENCE_BYTES
 
@@ -23,18 +26,24 @@ STREAMED_FORMATS = ("json", "text", "diarized_json")  # OpenAI streams these; se
 _LIST_FIELDS = ("known_speaker_names", "known_speaker_references")
 """Form fields that may repeat (``known_speaker_names[]``, as OpenAI's SDK sends lists), passed on as lists."""
 _FORM_PART_BYTES = MAX_REFERENCE_BYTES * 4 // 3 + 1024  # one form field: a reference's data URL
+_REPLAY_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class OpenAIRequest:
-    """An OpenAI transcription or translation form, read: the audio, the response format, the handler's
-    parameters, whether words were asked for and whether the answer is streamed."""
+    """An OpenAI transcription or translation form, read: the audio file (spooled), the response format, the
+    handler's parameters, whether words were asked for and whether the answer is streamed."""
 
-    audio: bytes
+    audio: IO[bytes]
     response_format: str
     parameters: dict
     word_granularity: bool
     stream: bool
+
+    def data(self) -> dict:
+        """The handler's request (blocking: it reads the audio; call it in the worker)."""
+        self.audio.seek(0)
+        return {"inputs": self.audio.read(), "parameters": self.parameters}
 
 
 class ServerVad(BaseModel):
@@ -48,22 +57,38 @@ class ServerVad(BaseModel):
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
-async def read_openai_form(request: Request, task: str, limit: int) -> OpenAIRequest:
-    """The request a multipart body of at most ``limit`` bytes makes, for ``task`` (transcribe or translate)."""
+async def read_openai_form(request: Request, task: str, limit: int, admission: Admission) -> OpenAIRequest:
+    """The request a multipart body of at most ``limit`` bytes makes, for ``task`` (transcribe or translate); the
+    body and the audio are spooled, and closed with ``admission``."""
     if media_type(request) != "multipart/form-data":
         raise InvalidParametersError("send the request as multipart/form-data with the audio as 'file'")
-    body = await read_body(request, limit)
+    body = await spool(request, limit)
+    admission.closing(body.close)
     try:
         form = await replayed(request, body).form(max_files=1, max_fields=64, max_part_size=_FORM_PART_BYTES)
     except (HTTPException, MultiPartException) as error:
         raise RequestError(f"the multipart body could not be read ({getattr(error, 'detail', error)})") from None
-    try:
-        return await openai_request(form, task)
-    finally:
-        await form.close()
+    admission.closing(partial(_close_uploads, form))
+    return openai_request(form, task)
 
 
-async def openai_request(form: FormData, task: str) -> OpenAIRequest:
+def _close_uploads(form: FormData) -> None:
+    for _, item in form.multi_items():
+        if isinstance(item, UploadFile):
+            item.file.close()
+
+
+def replayed(request: Request, body: IO[bytes]) -> Request:
+    """A copy of ``request`` whose body is the spooled ``body``, read in pieces off the event loop."""
+
+    async def receive() -> dict:
+        piece = await anyio.to_thread.run_sync(body.read, _REPLAY_BYTES)
+        return {"type": "http.request", "body": piece, "more_body": bool(piece)}
+
+    return Request(request.scope, receive)
+
+
+def openai_request(form: FormData, task: str) -> OpenAIRequest:
     """The request an OpenAI form makes."""
     fields = {key: form.getlist(key) for key in form}
     upload = fields.pop("file", [None])[0]
@@ -101,7 +126,7 @@ async def openai_request(form: FormData, task: str) -> OpenAIRequest:
     if word_granularity or response_format in ("srt", "vtt"):
         values["return_timestamps"] = "word"
     parameters = {**values, "task": task}
-    return OpenAIRequest(await upload.read(), response_format, parameters, word_granularity, stream in ("true", "1"))
+    return OpenAIRequest(upload.file, response_format, parameters, word_granularity, stream in ("true", "1"))
 
 
 def _check_chunking_strategy(values: dict) -> None:

@@ -25,13 +25,14 @@ def routes(context: ServerContext) -> list[Route]:
 
 
 async def openai(context: ServerContext, task: str, request: Request) -> Response:
-    """A transcription or translation (``task``) as OpenAI's API answers it."""
-    asked = await read_openai_form(request, task, context.body_limit)
-    data = {"inputs": asked.audio, "parameters": asked.parameters}
-    if asked.stream:
-        return await stream(context, data, segments=asked.response_format == "diarized_json")
-    response = await context.respond(request, data)
-    return _openai_response(response, asked.response_format, task, asked.word_granularity)
+    """A transcription or translation (``task``) as OpenAI's API answers it; admitted from the headers."""
+    with context.admit() as admission:
+        asked = await read_openai_form(request, task, context.body_limit, admission)
+        if asked.stream:
+            segments = asked.response_format == "diarized_json"
+            return await stream(context, request, admission.hand_over(), asked.data, segments)
+        response = await context.respond(request, asked.data)
+        return _openai_response(response, asked.response_format, task, asked.word_granularity)
 
 
 def _openai_response(response: TypedResponse, response_format: str, task: str, words: bool) -> Response:

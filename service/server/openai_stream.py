@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import anyio
 import anyio.from_thread
 from anyio.streams.memory import MemoryObjectReceiveStream
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from service.server.errors import failure, openai_error
-from service.server.state import ServerContext
+from service.server.state import Admission, ServerContext
 from service.streaming import StreamEvent, TextDelta, TurnUpdate
 from speech.errors import RequestCancelledError
 
@@ -33,10 +34,13 @@ _Streamed = _Stage | StreamEvent | dict | Exception
 """What a streamed request's handler call sends: progress, transcript events, then its response or its failure."""
 
 
-async def stream(context: ServerContext, data: dict, segments: bool) -> Response:
-    """Run the handler in the background and answer its events as they come (OpenAI's transcription stream,
-    speaker turns as ``transcript.text.segment`` when ``segments``). The answer starts once the audio is decoded,
-    so that a bad file or parameter still gets its status; a client that goes away stops the work."""
+async def stream(
+    context: ServerContext, request: Request, admission: Admission, data: Callable[[], dict], segments: bool
+) -> Response:
+    """Run the handler on ``data()`` in the background and answer its events as they come (OpenAI's transcription
+    stream, speaker turns as ``transcript.text.segment`` when ``segments``); ``admission`` is released when the
+    work ends. The answer starts once the audio is decoded, so that a bad file or parameter still gets its status;
+    a client that goes away stops the work."""
     endpoint = context.slot.get()
     send, receive = anyio.create_memory_object_stream[_Streamed](math.inf)
     stopped = threading.Event()
@@ -47,14 +51,18 @@ async def stream(context: ServerContext, data: dict, segments: bool) -> Response
         anyio.from_thread.run_sync(send.send_nowait, item)
 
     def call() -> dict:
-        return endpoint(data, progress=lambda *stage: report(_Stage(*stage)), emit=report)
+        return endpoint(data(), progress=lambda *stage: report(_Stage(*stage)), emit=report)
 
     async def work() -> None:
         with send:
             try:
-                send.send_nowait(await context.queue.run(call))
+                result = await context.queue.run(call)
+                request.state.audio_s = result.get("duration")
+                send.send_nowait(result)
             except Exception as error:
                 send.send_nowait(error)
+            finally:
+                admission.release()
 
     context.background[0].start_soon(work)
     first = await receive.receive()

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from config import ModelSettings, ServerSettings
 from handler import EndpointHandler
 from service.jobs import JobStore
+from service.webhooks import Webhooks
 from speech.errors import RequestCancelledError, ServiceUnavailableError
 from speech.types import Progress, Response
 
@@ -26,12 +27,14 @@ logger = logging.getLogger("server")
 T = TypeVar("T")
 
 DISCONNECT_POLL_S = 0.25
+SWEEP_INTERVAL_S = 60.0
 
 
 class WorkQueue:
-    """Runs at most ``workers`` handler calls at once in threads, with ``queue_length`` more waiting.
+    """Runs at most ``workers`` handler calls at once in threads, with ``queue_length`` more admitted to wait.
 
-    A request beyond that is refused at once (``ServiceUnavailableError``) instead of piling up in memory.
+    A request beyond that is refused at once (``ServiceUnavailableError``), before its body is read, instead of
+    piling up in memory.
     """
 
     def __init__(self, workers: int, queue_length: int):
@@ -39,14 +42,48 @@ class WorkQueue:
         self.capacity = workers + queue_length
         self.pending = 0
 
-    async def run(self, function: Callable[[], T]) -> T:
+    def admit(self) -> Admission:
+        """A place among the requests running or waiting, held until the admission is released."""
         if self.pending >= self.capacity:
             raise ServiceUnavailableError(f"the server is busy ({self.pending} requests in progress); retry later")
         self.pending += 1
-        try:
-            return await anyio.to_thread.run_sync(function, limiter=self.limiter)
-        finally:
-            self.pending -= 1
+        return Admission(self)
+
+    async def run(self, function: Callable[[], T]) -> T:
+        """``function()`` in a worker thread, once one is free (the caller holds an admission)."""
+        return await anyio.to_thread.run_sync(function, limiter=self.limiter)
+
+
+class Admission:
+    """A request's place in the ``WorkQueue``, and what to close with it (its spooled body); released when the
+    ``with`` block ends, unless ``hand_over`` gave it to work that outlives the block (a streamed answer)."""
+
+    def __init__(self, queue: WorkQueue):
+        self._queue = queue
+        self._closing: list[Callable[[], object]] = []
+        self._handed_over = False
+        self._released = False
+
+    def closing(self, close: Callable[[], object]) -> None:
+        self._closing.append(close)
+
+    def hand_over(self) -> Admission:
+        self._handed_over = True
+        return self
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._queue.pending -= 1
+            for close in self._closing:
+                close()
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        if not self._handed_over or exception[0] is not None:
+            self.release()
 
 
 class HandlerSlot:
@@ -87,29 +124,44 @@ class ServerContext:
     slot: HandlerSlot
     queue: WorkQueue
     store: JobStore
+    webhooks: Webhooks
     body_limit: int
     background: list[TaskGroup] = field(default_factory=list)
     """The app's task group, from start-up to shutdown."""
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """Load the models and run the jobs' workers while the app runs; stop the jobs at shutdown."""
+        """Load the models, run the jobs' workers and remove expired jobs while the app runs; stop the jobs and the
+        webhooks at shutdown."""
         self.slot.start()
         async with anyio.create_task_group() as tasks:
             self.background.append(tasks)
             for _ in range(self.server_settings.workers):
                 tasks.start_soon(self.store.work, self.slot.get, self.queue.limiter)
+            tasks.start_soon(self.store.sweep_every, min(SWEEP_INTERVAL_S, self.store.ttl_s / 4))
             yield
             self.store.stop()
+            self.webhooks.close()
             tasks.cancel_scope.cancel()
 
-    async def run(self, request: Request, data: dict) -> dict:
-        """The handler's JSON response to ``data`` (``EndpointHandler.__call__``), run in the work queue."""
-        return await self._call(request, lambda endpoint, progress: endpoint(data, progress=progress))
+    def admit(self) -> Admission:
+        """A place in the work queue for a request, from its headers alone: 503 while the models load or when every
+        worker and queue place is taken."""
+        self.slot.get()
+        return self.queue.admit()
 
-    async def respond(self, request: Request, data: dict) -> Response:
-        """The handler's typed response to ``data`` (``EndpointHandler.respond``), run in the work queue."""
-        return await self._call(request, lambda endpoint, progress: endpoint.respond(data, progress=progress))
+    async def run(self, request: Request, data: Callable[[], dict]) -> dict:
+        """The handler's JSON response (``EndpointHandler.__call__``) to the request ``data()`` reads (in the
+        worker thread, once it is this request's turn), run in the work queue."""
+        result = await self._call(request, lambda endpoint, progress: endpoint(data(), progress=progress))
+        request.state.audio_s = result.get("duration")
+        return result
+
+    async def respond(self, request: Request, data: Callable[[], dict]) -> Response:
+        """The handler's typed response (``EndpointHandler.respond``) to ``data()``, run in the work queue."""
+        response = await self._call(request, lambda endpoint, progress: endpoint.respond(data(), progress=progress))
+        request.state.audio_s = response.duration
+        return response
 
     async def _call(self, request: Request, call: Callable[[EndpointHandler, Progress], T]) -> T:
         """Run ``call`` on the handler in the work queue; stop it at its next checkpoint if the client disconnects."""

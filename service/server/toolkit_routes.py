@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from service.server.bodies import read_body, request_data
+from service.server.bodies import read_body, request_body
 from service.server.errors import problems, route
 from service.server.state import ServerContext
 from speech.errors import InvalidParametersError
@@ -39,7 +39,11 @@ async def health(context: ServerContext, request: Request) -> Response:
 
 
 async def predict(context: ServerContext, request: Request) -> Response:
-    return JSONResponse(await context.run(request, await request_data(request, context.body_limit)))
+    """Admitted from the headers (or refused: 503, 413, 415), then the body is spooled and read in the worker."""
+    with context.admit() as admission:
+        body = await request_body(request, context.body_limit)
+        admission.closing(body.close)
+        return JSONResponse(await context.run(request, body.data))
 
 
 async def convert(context: ServerContext, request: Request) -> Response:

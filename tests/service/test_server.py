@@ -127,7 +127,8 @@ def test_a_full_queue_answers_503_at_once():
     async def main():
         async def call():
             try:
-                outcomes.append(await queue.run(lambda: release.wait(10) and {"ok": True}))
+                with queue.admit():
+                    outcomes.append(await queue.run(lambda: release.wait(10) and {"ok": True}))
             except ServiceUnavailableError as error:
                 outcomes.append(error)
 
