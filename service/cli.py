@@ -172,6 +172,7 @@ def serve(args: argparse.Namespace) -> int:
     from service.server.auth import ApiKeys, exposure_problem
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # its lines quote whole webhook URLs, tokens included
     settings = ServerSettings()
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port

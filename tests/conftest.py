@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import io
+import os
+import socket
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import av
@@ -153,4 +159,69 @@ def client(handler, tmp_path_factory):
         yield ready(client)
 
 
-__all__ = ["SAMPLE_RATE", "encode", "ready"]
+API_KEY = "key-of-team-a"
+OTHER_API_KEY = "key-of-team-b"
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"the live server's webhook signing key").decode()
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    """A server process started as users start it, its /health statuses while it started, its log and settings."""
+
+    url: str
+    statuses: list[int]
+    log: Path
+    pid: int
+    env: dict[str, str]
+
+    @staticmethod
+    def auth(key: str = API_KEY) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory):
+    """``python -m service.cli serve`` on 127.0.0.1, shared as a team would share it: two API keys (one from a
+    file), one worker and two queue places, two queued jobs per key, jobs kept 10 s, webhooks signed and allowed
+    to this machine."""
+    folder = tmp_path_factory.mktemp("server")
+    (folder / "keys").write_text(f"# team b\n{OTHER_API_KEY}\n")
+    env = {"PORT": str(free_port()), "WORKERS": "1", "QUEUE_LENGTH": "2", "JOBS_DIR": str(folder / "jobs")}
+    env |= {"DEMO_JOB_MIN_DURATION_S": "45", "API_KEYS": API_KEY, "API_KEYS_FILE": str(folder / "keys")}
+    env |= {"JOBS_MAX_QUEUED": "2", "JOBS_TTL_S": "10", "WEBHOOK_SECRET": WEBHOOK_SECRET}
+    env |= {"WEBHOOK_ALLOWED_HOSTS": "127.0.0.1"}
+    log = folder / "server.log"
+    with log.open("wb") as output:
+        command = [sys.executable, "-m", "service.cli", "serve"]
+        process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env}, stderr=output)
+    url = f"http://127.0.0.1:{env['PORT']}"
+    statuses = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and 200 not in statuses:
+            assert process.poll() is None, log.read_text()
+            with contextlib.suppress(OSError):  # not listening yet
+                statuses.append(_get_status(f"{url}/health"))
+            time.sleep(0.05)
+        yield LiveServer(url, statuses, log, process.pid, env)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _get_status(url: str) -> int:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=5).status_code
+    except httpx.TransportError as error:
+        raise OSError(error) from None
+
+
+__all__ = ["API_KEY", "OTHER_API_KEY", "SAMPLE_RATE", "WEBHOOK_SECRET", "LiveServer", "encode", "ready"]

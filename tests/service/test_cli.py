@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 from conftest import ROOT
+
+from service.server.auth import ApiKeys, exposure_problem
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -28,3 +31,15 @@ def test_parameters_are_validated_before_loading_models():
     result = run_cli("--num-speakers", "2", "--min-speakers", "1")
     assert result.returncode == 2
     assert "num_speakers excludes min_speakers and max_speakers" in result.stderr
+
+
+def test_the_server_refuses_a_network_address_without_api_keys():
+    env = {key: value for key, value in os.environ.items() if key not in ("API_KEYS", "API_KEYS_FILE")}
+    command = [sys.executable, "-m", "service.cli", "serve", "--host", "0.0.0.0"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without API keys" in result.stderr and "API_KEYS" in result.stderr
+    for host in ("127.0.0.1", "::1", "localhost"):
+        assert exposure_problem(host, ApiKeys([]), allow_unauthenticated=False) is None
+    assert exposure_problem("0.0.0.0", ApiKeys(["a key"]), allow_unauthenticated=False) is None
+    assert exposure_problem("0.0.0.0", ApiKeys([]), allow_unauthenticated=True) is None

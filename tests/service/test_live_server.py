@@ -7,21 +7,21 @@ import base64
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import ROOT, SAMPLE_RATE
+from conftest import API_KEY, SAMPLE_RATE, LiveServer
 from corpus import Conversation, build
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 needs_chromium = pytest.mark.skipif(
     not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (.ci/run installs it)"
 )
+
+AUTH = LiveServer.auth()
 
 
 @contextlib.contextmanager
@@ -35,40 +35,10 @@ def demo_page(url: str):
         try:
             page = browser.new_page()
             page.goto(f"{url}/ui")
+            page.fill("#api-key", API_KEY)
             yield page
         finally:
             browser.close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The server's base URL, the /health statuses seen while it started, and its log file."""
-    port = free_port()
-    folder = tmp_path_factory.mktemp("server")
-    env = {**os.environ, "PORT": str(port), "WORKERS": "1", "QUEUE_LENGTH": "2"}
-    env.update(JOBS_DIR=str(folder / "jobs"), DEMO_JOB_MIN_DURATION_S="45")  # the conversation (70 s) is a job
-    log = folder / "server.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], cwd=ROOT, env=env, stderr=output)
-    url = f"http://127.0.0.1:{port}"
-    statuses = []
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and 200 not in statuses:
-            assert process.poll() is None, log.read_text()
-            with contextlib.suppress(httpx.TransportError):  # not listening yet
-                statuses.append(httpx.get(f"{url}/health", timeout=5).status_code)
-            time.sleep(0.05)
-        yield url, statuses, log
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -86,28 +56,29 @@ def conversation_file(tmp_path_factory):
     return folder / "conversation.wav"
 
 
-def test_health_flips_from_503_to_200(server):
-    _, statuses, _ = server
+def test_health_flips_from_503_to_200(live_server):
+    statuses = live_server.statuses
     assert statuses[-1] == 200
     assert 503 in statuses, statuses
     assert set(statuses) == {503, 200}
 
 
-def test_raw_wav_bytes_and_base64_json_return_speakers(server, clip_file):
-    url, *_ = server
+def test_raw_wav_bytes_and_base64_json_return_speakers(live_server, clip_file):
+    url = live_server.url
     audio = clip_file.read_bytes()
-    raw = httpx.post(url, content=audio, headers={"Content-Type": "audio/wav"}, timeout=120)
-    as_json = httpx.post(url, json={"inputs": base64.b64encode(audio).decode()}, timeout=120)
+    raw = httpx.post(url, content=audio, headers={"Content-Type": "audio/wav", **AUTH}, timeout=120)
+    as_json = httpx.post(url, json={"inputs": base64.b64encode(audio).decode()}, headers=AUTH, timeout=120)
     for response in (raw, as_json):
         assert response.status_code == 200
         assert len({turn["speaker"] for turn in response.json()["speakers"]}) == 2
     assert raw.json()["speakers"] == as_json.json()["speakers"]
 
 
-def test_curl_multipart_gives_srt_with_speakers(server, clip_file):
-    url, *_ = server
+def test_curl_multipart_gives_srt_with_speakers(live_server, clip_file):
+    url = live_server.url
     srt = subprocess.run(
-        ["curl", "-sS", "--fail-with-body", "-F", f"file=@{clip_file}", "-F", "response_format=srt",
+        ["curl", "-sS", "--fail-with-body", "-H", f"Authorization: Bearer {API_KEY}",
+         "-F", f"file=@{clip_file}", "-F", "response_format=srt",
          f"{url}/v1/audio/transcriptions"],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
@@ -117,11 +88,11 @@ def test_curl_multipart_gives_srt_with_speakers(server, clip_file):
     assert len({block.split("\n")[2].split(":")[0] for block in blocks}) == 2
 
 
-def test_the_openai_sdk_gets_text(server, clip_file):
+def test_the_openai_sdk_gets_text(live_server, clip_file):
     from openai import OpenAI
 
-    url, *_ = server
-    client = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120, max_retries=0)
+    url = live_server.url
+    client = OpenAI(base_url=f"{url}/v1", api_key=API_KEY, timeout=120, max_retries=0)
     with clip_file.open("rb") as audio:
         text = client.audio.transcriptions.create(model="whisper-1", file=audio, response_format="text")
     assert "Diane in New Jersey" in text
@@ -133,8 +104,8 @@ def test_the_openai_sdk_gets_text(server, clip_file):
 
 
 @needs_chromium
-def test_demo_page_shows_the_transcript_by_speaker(server, clip_file):
-    url, *_ = server
+def test_demo_page_shows_the_transcript_by_speaker(live_server, clip_file):
+    url = live_server.url
     with demo_page(url) as page:
         page.set_input_files("#file", str(clip_file))
         page.click("#transcribe")
@@ -150,13 +121,13 @@ def test_demo_page_shows_the_transcript_by_speaker(server, clip_file):
     assert "2 speakers" in status
 
 
-def test_the_openai_sdk_streams_speaker_segments_before_the_last_window(server, conversation_file):
+def test_the_openai_sdk_streams_speaker_segments_before_the_last_window(live_server, conversation_file):
     """Windows one at a time: speaker segments arrive before the last window's text; the final text is the
     non-streamed one."""
     from openai import OpenAI
 
-    url, *_ = server
-    client = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300, max_retries=0)
+    url = live_server.url
+    client = OpenAI(base_url=f"{url}/v1", api_key=API_KEY, timeout=300, max_retries=0)
     options = {"model": "whisper-1", "response_format": "diarized_json", "extra_body": {"batch_size": 1}}
     with conversation_file.open("rb") as audio:
         events = list(client.audio.transcriptions.create(file=audio, stream=True, chunking_strategy="auto", **options))
@@ -173,8 +144,8 @@ def test_the_openai_sdk_streams_speaker_segments_before_the_last_window(server, 
 
 
 @needs_chromium
-def test_demo_page_runs_a_long_file_as_a_job_and_plays_from_a_turn(server, conversation_file):
-    url, *_ = server
+def test_demo_page_runs_a_long_file_as_a_job_and_plays_from_a_turn(live_server, conversation_file):
+    url = live_server.url
     with demo_page(url) as page:
         page.set_input_files("#file", str(conversation_file))
         page.click("#transcribe")
@@ -184,7 +155,7 @@ def test_demo_page_runs_a_long_file_as_a_job_and_plays_from_a_turn(server, conve
             fractions.add(page.eval_on_selector("#progress", "bar => bar.value"))
             time.sleep(0.1)
         page.wait_for_selector(".turn", timeout=30_000)
-        jobs = httpx.get(f"{url}/jobs").json()["jobs"]
+        jobs = httpx.get(f"{url}/jobs", headers=AUTH).json()["jobs"]
         turn = page.query_selector_all(".turn")[2]
         start = float(turn.get_attribute("data-start"))
         turn.click()
@@ -205,15 +176,15 @@ def test_demo_page_runs_a_long_file_as_a_job_and_plays_from_a_turn(server, conve
     assert "2 speakers" in status
 
 
-def test_under_load_every_request_succeeds_or_gets_503(server, clip_wav):
-    url, *_ = server
+def test_under_load_every_request_succeeds_or_gets_503(live_server, clip_wav):
+    url = live_server.url
     short = clip_wav[: 44 + 2 * 2 * SAMPLE_RATE]  # 2 s of the call: a quick request
 
     def client(_: int) -> list[tuple[int, str | None]]:
         with httpx.Client(timeout=120) as http:
             results = []
             for _ in range(5):
-                response = http.post(url, content=short, headers={"Content-Type": "audio/wav"})
+                response = http.post(url, content=short, headers={"Content-Type": "audio/wav", **AUTH})
                 results.append((response.status_code, response.headers.get("retry-after")))
             return results
 
@@ -224,14 +195,16 @@ def test_under_load_every_request_succeeds_or_gets_503(server, clip_wav):
     assert all(retry == "5" for status, retry in outcomes if status == 503)
     assert any(status == 200 for status, _ in outcomes) and any(status == 503 for status, _ in outcomes)
     assert httpx.get(f"{url}/health").status_code == 200
-    response = httpx.post(url, content=short, headers={"Content-Type": "audio/wav"}, timeout=120)
+    response = httpx.post(url, content=short, headers={"Content-Type": "audio/wav", **AUTH}, timeout=120)
     assert response.status_code == 200
 
 
-def test_a_client_that_disconnects_stops_its_work(server, clip_wav):
-    url, _, log = server
+def test_a_client_that_disconnects_stops_its_work(live_server, clip_wav):
+    url, log = live_server.url, live_server.log
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url, content=clip_wav, headers={"Content-Type": "audio/wav"}, timeout=httpx.Timeout(5, read=0.5))
+        httpx.post(
+            url, content=clip_wav, headers={"Content-Type": "audio/wav", **AUTH}, timeout=httpx.Timeout(5, read=0.5)
+        )
     logged = '"method": "POST", "route": "/", "status": 499'
     deadline = time.monotonic() + 60
     while logged not in log.read_text() and time.monotonic() < deadline:
