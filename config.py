@@ -291,7 +291,7 @@ class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", use_attribute_docstrings=True)
 
     host: str = "127.0.0.1"
-    """Address to listen on; ``0.0.0.0`` exposes the server to the network."""
+    """Address to listen on; a non-loopback one (``0.0.0.0``) needs ``API_KEYS`` or ``ALLOW_UNAUTHENTICATED``."""
 
     port: int = Field(default=8000, ge=0, le=65535)
     """TCP port to listen on (0 = any free port)."""
