@@ -188,13 +188,13 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory):
     """``python -m service.cli serve`` on 127.0.0.1, shared as a team would share it: two API keys (one from a
-    file), one worker and two queue places, two queued jobs per key, jobs kept 10 s, webhooks signed and allowed
+    file), one worker and two queue places, two queued jobs per key, jobs kept 6 s, webhooks signed and allowed
     to this machine."""
     folder = tmp_path_factory.mktemp("server")
     (folder / "keys").write_text(f"# team b\n{OTHER_API_KEY}\n")
     env = {"PORT": str(free_port()), "WORKERS": "1", "QUEUE_LENGTH": "2", "JOBS_DIR": str(folder / "jobs")}
     env |= {"DEMO_JOB_MIN_DURATION_S": "45", "API_KEYS": API_KEY, "API_KEYS_FILE": str(folder / "keys")}
-    env |= {"JOBS_MAX_QUEUED": "2", "JOBS_TTL_S": "10", "WEBHOOK_SECRET": WEBHOOK_SECRET}
+    env |= {"JOBS_MAX_QUEUED": "2", "JOBS_TTL_S": "6", "WEBHOOK_SECRET": WEBHOOK_SECRET}
     env |= {"WEBHOOK_ALLOWED_HOSTS": "127.0.0.1"}
     log = folder / "server.log"
     with log.open("wb") as output:

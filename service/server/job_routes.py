@@ -43,7 +43,7 @@ async def submit_job(context: ServerContext, request: Request) -> Response:
     context.store.admit(owner(request))
     body = await request_body(request, context.body_limit)
     try:
-        job = await anyio.to_thread.run_sync(_submit, context, body, owner(request))
+        job = await anyio.to_thread.run_sync(_submit, context, body, owner(request), limiter=context.submissions)
     finally:
         body.close()
     return JSONResponse(job.public(), status_code=202, headers={"Location": f"/jobs/{job.id}"})

@@ -28,6 +28,7 @@ T = TypeVar("T")
 
 DISCONNECT_POLL_S = 0.25
 SWEEP_INTERVAL_S = 60.0
+SUBMISSIONS = 2
 
 
 class WorkQueue:
@@ -128,6 +129,8 @@ class ServerContext:
     body_limit: int
     background: list[TaskGroup] = field(default_factory=list)
     """The app's task group, from start-up to shutdown."""
+    submissions: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(SUBMISSIONS))
+    """Job bodies parsed and kept at the same time (each may hold its decoded audio)."""
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
