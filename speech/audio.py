@@ -147,30 +147,59 @@ def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None, f
     """
     max_samples = int(max_duration_s * SAMPLE_RATE)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    pieces: list[np.ndarray] = []
-    total = 0
     try:
         with _open(data, field) as container:
             if not container.streams.audio:
                 raise InvalidAudioError(f"{field}: the file has no audio stream")
             stream = container.streams.audio[0]
             source_rate, source_channels = stream.codec_context.sample_rate, stream.codec_context.channels
+            waveform = _Samples(_expected_samples(container, max_samples))
             for frame in _resampled(container, stream):
                 samples = frame.to_ndarray().reshape(-1)
-                total += len(samples)
-                if total > max_samples:
+                if waveform.length + len(samples) > max_samples:
                     raise AudioTooLongError(f"{field}: the audio is longer than the {max_duration_s:g} s limit")
                 if deadline is not None and time.monotonic() > deadline:
                     raise AudioTooLongError(f"{field}: decoding took longer than the {timeout_s:g} s limit")
-                pieces.append(samples)
+                if not np.isfinite(samples).all():
+                    raise InvalidAudioError(f"{field}: the audio contains non-finite samples (NaN or infinity)")
+                waveform.append(samples)
     except av.FFmpegError as error:
         raise InvalidAudioError(f"{field}: not a readable audio file ({error.strerror or error})") from None
-    waveform = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
-    if len(waveform) < MIN_DURATION_S * SAMPLE_RATE:
+    samples = waveform.array()
+    if len(samples) < MIN_DURATION_S * SAMPLE_RATE:
         raise AudioTooShortError(
-            f"{field}: the audio lasts {len(waveform) / SAMPLE_RATE:.3f} s, less than the {MIN_DURATION_S} s minimum"
+            f"{field}: the audio lasts {len(samples) / SAMPLE_RATE:.3f} s, less than the {MIN_DURATION_S} s minimum"
         )
-    if not np.isfinite(waveform).all():
-        raise InvalidAudioError(f"{field}: the audio contains non-finite samples (NaN or infinity)")
-    waveform = waveform - waveform.mean(dtype=np.float64)  # a DC offset carries no speech and skews energies
-    return Audio(waveform.astype(np.float32, copy=False), int(source_rate or 0), int(source_channels or 0))
+    # a DC offset carries no speech and skews energies; removed in place, each sample computed in float64
+    np.subtract(samples, samples.mean(dtype=np.float64), out=samples, casting="unsafe")
+    return Audio(samples, int(source_rate or 0), int(source_channels or 0))
+
+
+def _expected_samples(container, max_samples: int) -> int:
+    """16 kHz samples the container says it holds (a second more, at most ``max_samples``); 0 when it does not."""
+    if not container.duration:
+        return 0
+    return min(max_samples, int(container.duration / av.time_base * SAMPLE_RATE) + SAMPLE_RATE)
+
+
+class _Samples:
+    """Decoded samples written into one array of the expected length as they come (a long recording is not held
+    twice, as pieces and joined), growing by half when a container said less than it holds."""
+
+    def __init__(self, expected: int):
+        self._buffer = np.empty(expected, dtype=np.float32)
+        self.length = 0
+
+    def append(self, samples: np.ndarray) -> None:
+        if self.length + len(samples) > len(self._buffer):
+            grown = np.empty(max(self.length + len(samples), len(self._buffer) * 3 // 2), dtype=np.float32)
+            grown[: self.length] = self._buffer[: self.length]
+            self._buffer = grown
+        self._buffer[self.length : self.length + len(samples)] = samples
+        self.length += len(samples)
+
+    def array(self) -> np.ndarray:
+        """The samples, in a copy only when the buffer is more than a second too long."""
+        if len(self._buffer) - self.length > SAMPLE_RATE:
+            return self._buffer[: self.length].copy()
+        return self._buffer[: self.length]

@@ -15,6 +15,7 @@ from speech.types import Word
 _QUIET_SEARCH_S = 5.0  # a long recording is cut at the quietest point of the last seconds of each window
 _ENERGY_FRAME_S = 0.02
 _ENERGY_SMOOTHING_S = 0.2
+_ENERGY_BLOCK_FRAMES = 30_000  # 10 minutes of 20 ms frames
 _HOLE_S = 1.0  # a pause between the words of a window decoded without timestamp tokens that may hide left-out speech
 _HOLE_SPEECH_S = 0.5  # ... does if the diarization finds this much speech in it
 
@@ -38,7 +39,11 @@ def split_windows(waveform: np.ndarray, max_length_s: float) -> list[Window]:
         return [Window(0.0, waveform)]
     frame = int(_ENERGY_FRAME_S * SAMPLE_RATE)
     usable = len(waveform) // frame * frame
-    energy = np.square(waveform[:usable].astype(np.float64)).reshape(-1, frame).mean(axis=1)
+    frames = waveform[:usable].reshape(-1, frame)
+    blocks = range(0, len(frames), _ENERGY_BLOCK_FRAMES)  # not the whole recording in float64 at once
+    energy = np.concatenate(
+        [np.square(frames[b : b + _ENERGY_BLOCK_FRAMES], dtype=np.float64).mean(axis=1) for b in blocks]
+    )
     smoothing = max(1, int(_ENERGY_SMOOTHING_S / _ENERGY_FRAME_S))
     energy = np.convolve(energy, np.ones(smoothing) / smoothing, mode="same")
     search = int(min(_QUIET_SEARCH_S, max_length_s / 3) * SAMPLE_RATE) // frame
