@@ -61,3 +61,20 @@ def test_the_spectral_clustering_counts_voices_by_the_eigengap(directions):
     assert len(set(clusters)) == 3
     assert len(set(spectral_clusters(unit, 0.01, 6, 10, num_clusters=2))) == 2
     assert len(set(merge_similar(unit, clusters, similarity=-1.0))) == 1  # all alike enough: one cluster
+
+
+def test_a_long_recording_is_clustered_on_a_bounded_dendrogram_with_the_same_speakers(directions, monkeypatch):
+    """More embeddings than ``MAX_LINKED`` (a meeting of hours): the dendrogram holds an evenly spaced subset and the
+    others join the nearest cluster; the speakers are those of the whole dendrogram, hints included."""
+    import speech.speakers.clustering as clustering_module
+
+    a, b, c, rare = directions
+    embeddings = _voices((a, 300), (b, 200), (c, 100), (rare, 15))
+    order = np.random.default_rng(2).permutation(len(embeddings))  # speakers take turns
+    embeddings = embeddings[order]
+    whole = _clustering().cluster(embeddings)
+    monkeypatch.setattr(clustering_module, "MAX_LINKED", 150)
+    bounded = _clustering().cluster(embeddings)
+    assert len(set(whole)) == 4
+    assert len(set(zip(bounded, whole, strict=True))) == 4  # the same partition, whatever the labels
+    assert len(set(_clustering().cluster(embeddings, num_clusters=3))) == 3
