@@ -48,10 +48,11 @@ def long_recording(minutes: float) -> bytes:
 
 def measure(minutes: float) -> dict:
     """Load the handler, then run one request on ``minutes`` of audio, sampling RSS per stage."""
+    from config import ModelSettings
     from handler import EndpointHandler
 
     data = long_recording(minutes)
-    handler = EndpointHandler()
+    handler = EndpointHandler(settings=ModelSettings(max_request_bytes=len(data)))  # 2 h of WAV: 230 MB
     peaks = {"load": rss_mb()}
     stage = ["decoding"]
     done = threading.Event()
@@ -67,9 +68,11 @@ def measure(minutes: float) -> dict:
     sampler = threading.Thread(target=sample)
     sampler.start()
     started = time.perf_counter()
-    handler({"inputs": data}, progress=progress)
+    try:
+        handler({"inputs": data}, progress=progress)
+    finally:
+        done.set()
     wall = time.perf_counter() - started
-    done.set()
     sampler.join()
     return {"minutes": minutes, "wall_s": wall, "rtf": wall / (minutes * 60), "peaks": peaks}
 

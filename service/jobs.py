@@ -158,7 +158,7 @@ class JobStore:
 
     def admit(self, owner: str) -> None:
         """Refuse (429) a new job of ``owner`` when it already has ``max_queued`` queued or running."""
-        unfinished = sum(job.owner == owner and job.status not in _FINISHED for job in self._jobs.values())
+        unfinished = sum(job.owner == owner and job.status not in _FINISHED for job in self._snapshot())
         if unfinished >= self.max_queued:
             raise TooManyJobsError(
                 f"this key already has {unfinished} jobs queued or running (the most is {self.max_queued}); "
@@ -191,12 +191,12 @@ class JobStore:
 
     def all(self, owner: str) -> list[Job]:
         """``owner``'s jobs, oldest first."""
-        jobs = [job for job in self._jobs.values() if job.owner == owner and not _expired(job)]
+        jobs = [job for job in self._snapshot() if job.owner == owner and not _expired(job)]
         return sorted(jobs, key=lambda job: job.created)
 
     def counts(self) -> dict[str, int]:
         """How many jobs (of every key) are in each status."""
-        statuses = [job.status for job in self._jobs.values()]
+        statuses = [job.status for job in self._snapshot()]
         return {status: statuses.count(status) for status in get_args(JobStatus)}
 
     def result(self, job_id: str, owner: str) -> dict:
@@ -301,6 +301,10 @@ class JobStore:
             if job is not None:
                 _write(self.folder / job_id / "result.json", text)
                 self._finish(replace(job, progress=JobProgress("done", 1, 1, 1.0), audio_s=audio_s), "completed")
+
+    def _snapshot(self) -> list[Job]:
+        """The jobs now (one C-level copy: safe while worker threads add and replace jobs)."""
+        return list(self._jobs.values())
 
     def _finish(self, job: Job, status: JobStatus, error: JobError | None = None) -> Job:
         """Record how ``job`` ended, forget its audio and tell ``on_finish`` (under the lock)."""
