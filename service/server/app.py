@@ -14,7 +14,7 @@ from config import ModelSettings, ServerSettings
 from handler import EndpointHandler
 from service.jobs import Job, JobStore
 from service.server.auth import ApiKeys, RequireKey
-from service.server.bodies import ClosingUnreadBodies, body_limit
+from service.server.bodies import body_limit
 from service.server.observe import Metrics, Observed
 from service.server.state import HandlerSlot, ServerContext, WorkQueue
 from service.webhooks import Webhooks
@@ -61,7 +61,6 @@ def create_app(
     ]
     middleware = [
         Middleware(Observed, metrics=metrics, routes=routes),
-        Middleware(ClosingUnreadBodies),
         Middleware(RequireKey, keys=ApiKeys(server_settings.keys())),
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=context.lifespan)

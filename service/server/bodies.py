@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from typing import IO
 
 import anyio.to_thread
-from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from speech.errors import AudioTooLongError, InvalidAudioError, RequestError
 
@@ -146,32 +144,3 @@ def json_object(body: bytes) -> dict:
     if not isinstance(data, dict) or "inputs" not in data:
         raise RequestError('the body must be a JSON object with "inputs" (base64 audio) and optional "parameters"')
     return data
-
-
-class ClosingUnreadBodies:
-    """ASGI middleware: a response that starts before its request's body was read (a refusal from the headers)
-    closes the connection, so that the rest of the body is not received and thrown away at the cost of the event
-    loop (HTTP/1.1 allows this; clients read the answer)."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = Headers(scope=scope) if scope["type"] == "http" else {}
-        if "content-length" not in headers and "transfer-encoding" not in headers:
-            await self.app(scope, receive, send)
-            return
-        read = False
-
-        async def receiving() -> Message:
-            nonlocal read
-            message = await receive()
-            read = read or message["type"] != "http.request" or not message.get("more_body", False)
-            return message
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start" and not read:
-                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
-            await send(message)
-
-        await self.app(scope, receiving, sending)
