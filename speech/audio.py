@@ -90,11 +90,16 @@ def request_bytes(inputs: object, max_bytes: int, field: str = "inputs") -> byte
             raise InvalidAudioError(f"{field}: not valid base64 ({error})") from None
     else:
         raise InvalidAudioError(f"{field}: expected base64 text or bytes, got {type(inputs).__name__}")
-    if not data:
-        raise AudioTooShortError(f"{field}: the audio is empty")
-    if len(data) > max_bytes:
-        raise AudioTooLongError(f"{field}: {len(data)} bytes is larger than the {max_bytes}-byte limit")
+    check_size(len(data), max_bytes, field)
     return data
+
+
+def check_size(size: int, max_bytes: int, field: str = "inputs") -> None:
+    """Refuse an audio file of ``size`` bytes that is empty or over ``max_bytes``."""
+    if not size:
+        raise AudioTooShortError(f"{field}: the audio is empty")
+    if size > max_bytes:
+        raise AudioTooLongError(f"{field}: {size} bytes is larger than the {max_bytes}-byte limit")
 
 
 def _resampled(container, stream):

@@ -17,8 +17,7 @@ from service.jobs import Job
 from service.server.bodies import RequestBody, request_body
 from service.server.errors import route
 from service.server.state import ServerContext
-from speech.audio import request_bytes
-from speech.errors import AudioTooLongError, AudioTooShortError
+from speech.audio import check_size, request_bytes
 
 
 def routes(context: ServerContext) -> list[Route]:
@@ -53,19 +52,15 @@ def _submit(context: ServerContext, body: RequestBody, key: str) -> Job:
     """The job of a spooled body (blocking): the raw audio copied as it is, base64 decoded first."""
     data = body.data() if body.is_json else {"parameters": dict(body.query)}
     parameters = dict(data.get("parameters") or {})
-    webhook_url = body.query.get("webhook_url") or parameters.pop("webhook_url", None)
-    parameters.pop("webhook_url", None)
+    given = parameters.pop("webhook_url", None)  # a raw body's query parameters hold it too
+    webhook_url = body.query.get("webhook_url") or given
     InferenceConfig.from_parameters(parameters)
     if webhook_url is not None:
         context.webhooks.check(str(webhook_url))
     limit = context.model_settings.max_request_bytes
     if body.is_json:
         return context.store.submit(io.BytesIO(request_bytes(data["inputs"], limit)), parameters, key, webhook_url)
-    size = body.file.seek(0, io.SEEK_END)
-    if not size:
-        raise AudioTooShortError("inputs: the audio is empty")
-    if size > limit:
-        raise AudioTooLongError(f"inputs: {size} bytes is larger than the {limit}-byte limit")
+    check_size(body.file.seek(0, io.SEEK_END), limit)
     body.file.seek(0)
     return context.store.submit(body.file, parameters, key, webhook_url)
 
