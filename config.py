@@ -72,6 +72,11 @@ class ModelSettings(BaseSettings):
     max_request_bytes: int = Field(default=200 * 1024 * 1024, ge=1)
     """Largest accepted audio file, in bytes (checked before base64 decoding)."""
 
+    max_file_bytes: int = Field(default=4 * 1024**3, ge=1)
+    """Largest audio file handed in as an open file rather than bytes, in bytes: a job's upload (``POST /jobs``,
+    kept on disk as it arrives) and the CLI's files. Long recordings are big: 2 hours of 16 kHz mono WAV is 230 MB,
+    of 48 kHz stereo 1.4 GB."""
+
     max_audio_duration_s: float = Field(default=4 * 3600, gt=0)
     """Longest accepted recording, in seconds (checked while decoding)."""
 
@@ -190,6 +195,13 @@ class InferenceConfig(BaseModel):
     """Also write the transcript as SubRip or WebVTT subtitles (a cue never spans two speakers), RTTM speaker
     turns or ``SPEAKER: text`` lines, returned as a string under that name in the JSON response (e.g.
     ``"srt": "1\\n00:00:00,497 --> ..."``): Inference Endpoints answer JSON only."""
+
+    multichannel: bool = False
+    """Transcribe and diarize each channel of the recording on its own (a call with one side per channel), then
+    merge them in time order: every word, segment and turn carries its ``channel`` and speaker labels name it
+    (``CH0`` for a channel of one speaker, ``CH1_SPEAKER_00``... for one of several). Speech heard on several
+    channels (bleed, line echo) goes to the loudest. The speaker-count hints bound each channel. At most 8
+    channels; a mono recording runs as channel 0, with a warning. Unset = the channels are mixed down."""
 
     num_speakers: int | None = Field(default=None, ge=1)
     """Exact number of speakers, when known. Excludes ``min_speakers``/``max_speakers``."""

@@ -14,6 +14,7 @@ os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "0")  # no telemetry unless th
 
 from pathlib import Path
 
+import numpy as np
 import torch
 import transformers
 
@@ -21,8 +22,9 @@ from config import InferenceConfig, ModelSettings
 from service.streaming import Emit, LiveTranscript
 from speech.asr.model import Whisper
 from speech.asr.transcriber import WhisperTranscriber
-from speech.attribution import attribute, within_speech
+from speech.attribution import attribute_transcript
 from speech.audio import decode, pyannote_sample_path
+from speech.channels import label_channel, merge_diarizations, merge_transcripts, suppress_crosstalk
 from speech.errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError
 from speech.formats import toolkit_json
 from speech.speakers.pipeline import diarize, load_pipeline
@@ -88,15 +90,20 @@ class EndpointHandler:
             raise InferenceError(f"processing the request failed ({type(error).__name__})") from error
 
     def _respond(self, data: dict, checkpoint: Progress, emit: Emit | None) -> Response:
-        """validate -> decode -> diarize -> identify -> transcribe -> attribute."""
+        """validate -> decode -> diarize -> identify -> transcribe -> attribute; with ``multichannel``, each
+        channel is diarized and transcribed on its own (``speech.channels``)."""
         request = validate(data, self.whisper, self.embedder, self.settings)
         config, settings = request.config, self.settings
         checkpoint("decoding", 0, 1)
-        audio = decode(request.audio, settings.max_audio_duration_s, settings.decode_timeout_s)
-        diarization = NO_DIARIZATION
-        if self.diarization is not None:
-            hints = (config.num_speakers, config.min_speakers, config.max_speakers)
-            diarization = diarize(self.diarization, audio.waveform, *hints, checkpoint)
+        audio = decode(
+            request.audio, settings.max_audio_duration_s, settings.decode_timeout_s, "inputs", config.multichannel
+        )
+        channels, notes = audio.channels, []
+        if len(channels) > 1:
+            suppress_crosstalk(audio.waveform)
+        elif config.multichannel:
+            notes.append("multichannel: the recording has a single channel; it was transcribed as channel 0")
+        diarization = self._diarize(channels, config, checkpoint)
         model = self.embedder and self.embedder.model
         identified = identify(diarization, request.known, config.speaker_match_threshold, model)
         live = LiveTranscript(emit) if emit is not None else None
@@ -105,24 +112,43 @@ class EndpointHandler:
             kept, word_speakers, turns = self._attribute(partial, identified.diarization)
             live.update(kept.text, word_speakers, turns, final=False)
 
-        speech = identified.diarization.turns if self.diarization is not None else None
-        on_batch = decoded if live is not None else None
-        transcript = self.transcriber.transcribe(
-            audio.waveform, config, request.recognition, checkpoint, on_batch, speech
-        )
+        on_batch = decoded if live is not None and not config.multichannel else None  # channels: streamed at the end
+        heard: dict[int, Transcript] = {}
+        for channel, waveform in enumerate(channels):
+            mark = channel if config.multichannel else None
+            speech = [turn for turn in identified.diarization.turns if turn.channel == mark]
+            heard[channel] = self.transcriber.transcribe(
+                waveform,
+                config,
+                request.recognition,
+                checkpoint,
+                on_batch,
+                None if self.diarization is None else speech,
+            )
         checkpoint("merge", 0, 1)
-        return self._response(request, transcript, identified, audio.duration, live)
+        return self._response(request, self._merged(heard, config), identified, audio.duration, live, notes)
+
+    def _diarize(self, channels: list[np.ndarray], config: InferenceConfig, checkpoint: Progress) -> Diarization:
+        """Who speaks when: in the recording, or in each channel apart with ``multichannel``."""
+        if self.diarization is None:
+            return NO_DIARIZATION
+        hints = (config.num_speakers, config.min_speakers, config.max_speakers)
+        found = [diarize(self.diarization, waveform, *hints, checkpoint) for waveform in channels]
+        if not config.multichannel:
+            return found[0]
+        return merge_diarizations([label_channel(d, channel) for channel, d in enumerate(found)])
+
+    @staticmethod
+    def _merged(heard: dict[int, Transcript], config: InferenceConfig) -> Transcript:
+        """The transcript of the recording: of its one mix, or of its channels (``multichannel``)."""
+        return merge_transcripts(heard) if config.multichannel else heard[0]
 
     def _attribute(
         self, transcript: Transcript, diarization: Diarization
     ) -> tuple[Transcript, list[str | None], list[SpeakerSegment]]:
         """The transcript less its segments away from speech (with diarization), each word's speaker, and the
         speaker turns."""
-        if self.diarization is not None:
-            transcript, _ = within_speech(transcript, diarization.turns)
-        separator = " " if transcript.spaced else ""
-        word_speakers, turns = attribute(transcript.words, diarization.turns, diarization.overlaps, separator)
-        return transcript, word_speakers, turns
+        return attribute_transcript(transcript, diarization, self.diarization is not None)
 
     def _response(
         self,
@@ -131,13 +157,14 @@ class EndpointHandler:
         identified: Identification,
         duration: float,
         live: LiveTranscript | None,
+        notes: list[str],
     ) -> Response:
         """The words attributed to the identified speakers, with what the client should know."""
         config, diarization = request.config, identified.diarization
         transcript, word_speakers, turns = self._attribute(heard, diarization)
         if live is not None:
             live.update(transcript.text, word_speakers, turns, final=True)
-        warnings = list(transcript.warnings)
+        warnings = notes + list(transcript.warnings)
         if self.diarization is not None:
             unspoken = len(heard.segments) - len(transcript.segments)
             if unspoken:

@@ -106,7 +106,8 @@ def transcribe(args: argparse.Namespace) -> int:
         progress = _ProgressBar(path.name)
         request = parameters if voices is None else voices.parameters()
         try:
-            response = handler({"inputs": path.read_bytes(), "parameters": request}, progress=progress)
+            with path.open("rb") as audio:  # decoded from the file (up to MAX_FILE_BYTES), not read whole
+                response = handler({"inputs": audio, "parameters": request}, progress=progress)
         except (OSError, EndpointError) as error:
             print(f"{path}: {error}", file=sys.stderr)
             status = 1

@@ -261,7 +261,8 @@ class JobStore:
                 return
             job = replace(self._jobs[job_id], status="running")
             self._save(job)
-            data = {"inputs": (self.folder / job_id / "audio").read_bytes(), "parameters": job.parameters}
+            audio = (self.folder / job_id / "audio").open("rb")  # decoded from the file, never read whole
+            data = {"inputs": audio, "parameters": job.parameters}
 
         def progress(stage: str, completed: int, total: int) -> None:
             if self._stopping.is_set():
@@ -273,7 +274,8 @@ class JobStore:
                 self._jobs[job_id] = replace(job, progress=job.progress.advanced(stage, completed, total))
 
         try:
-            result = endpoint(data, progress=progress)
+            with audio:
+                result = endpoint(data, progress=progress)
             text = json.dumps(result, ensure_ascii=False)
             audio_s = result.get("duration")
         except EndpointError as error:
@@ -310,8 +312,8 @@ class JobStore:
         """Record how ``job`` ended, forget its audio and tell ``on_finish`` (under the lock)."""
         finished = time.time()
         job = replace(job, status=status, finished=finished, expires_at=finished + self.ttl_s, error=error)
+        (self.folder / job.id / "audio").unlink(missing_ok=True)  # before the status shows it finished
         self._save(job)
-        (self.folder / job.id / "audio").unlink(missing_ok=True)
         self.on_finish(job)
         return job
 

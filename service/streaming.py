@@ -4,7 +4,7 @@ words can no longer change it, revised in the open when they still do."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from speech.types import SpeakerSegment
 
@@ -49,7 +49,7 @@ class LiveTranscript:
         if len(text) > len(self._text) and text.startswith(self._text):
             self._emit(TextDelta(text[len(self._text) :]))
             self._text = text
-        rounded = [SpeakerSegment(t.speaker, t.text, round(t.start, 3), round(t.end, 3)) for t in turns if t.text]
+        rounded = [replace(t, start=round(t.start, 3), end=round(t.end, 3), confidence=None) for t in turns if t.text]
         for index, turn in enumerate(rounded[: len(rounded) if final else _settled(word_speakers)]):
             if index == len(self._sent):
                 self._sent.append(turn)

@@ -6,11 +6,12 @@ import bisect
 import dataclasses
 from collections.abc import Sequence
 
-from pyannote.core import Segment, Timeline
+from pyannote.core import Segment as Interval
+from pyannote.core import Timeline
 
 from speech.speakers.turns import TurnIndex
 from speech.text import ends_sentence
-from speech.types import Overlap, SpeakerSegment, Transcript, Turn, Word
+from speech.types import Diarization, Overlap, SpeakerSegment, Transcript, Turn, Word
 
 _SPEECH_MARGIN_S = 0.5  # word timings from the alignment lag or lead the diarization's speech turns by up to this
 
@@ -45,6 +46,7 @@ def attribute(
     turns: Sequence[Turn],
     overlaps: Sequence[Overlap] = (),
     separator: str = " ",
+    breaks: Sequence[float] = (),
 ) -> tuple[list[str | None], list[SpeakerSegment]]:
     """The speaker of each piece, and the pieces joined into speaker turns.
 
@@ -52,17 +54,64 @@ def attribute(
     the ``overlaps`` it stays with the previous piece's speaker if that speaker is talking there. Word timings
     and turn boundaries are a little off, so a speaker change that lands a few words before the end of the
     previous speaker's sentence is moved to the end of that sentence, and otherwise one that lands a few words
-    after a sentence end is moved back to it. Consecutive pieces of one speaker form a
-    turn timed by its pieces, ending by the next turn's start. Every piece's text appears in exactly one turn,
-    in order, joined by ``separator`` (none for languages written without spaces); nothing is dropped. A speaker
-    of the diarization that no piece went to still has turns, without text (``_with_unheard``).
+    after a sentence end is moved back to it. Consecutive pieces of one speaker form a turn timed by its pieces,
+    ending by the next turn's start or at one of the sorted ``breaks`` between two pieces. Every piece's text
+    appears in exactly one turn, in order, joined by ``separator`` (none for languages written without spaces);
+    nothing is dropped. A speaker of the diarization that no piece went to still has turns, without text
+    (``_with_unheard``).
     """
     intervals = [(piece.start, max(piece.start, piece.end)) for piece in pieces]
     index = TurnIndex(turns)
     speakers = [_speaker_for(start, end, index) for start, end in intervals]
     speakers = _snap_changes_to_sentence_ends(pieces, _keep_speaker_in_overlaps(speakers, intervals, overlaps))
-    segments = _align_to_turns(_group(pieces, speakers, intervals, separator), turns)
+    segments = _align_to_turns(_group(pieces, speakers, intervals, separator, breaks), turns)
     return speakers, _with_unheard(segments, turns, overlaps)
+
+
+def attribute_transcript(
+    transcript: Transcript, diarization: Diarization, speech_only: bool
+) -> tuple[Transcript, list[str | None], list[SpeakerSegment]]:
+    """``attribute`` the words of ``transcript``, channel by channel (``multichannel``: a word only ever goes to a
+    speaker of its channel, and a channel's turn ends where another channel speaks): the transcript (less its
+    segments away from speech with ``speech_only``, ``within_speech``), each word's speaker and the speaker turns,
+    in time order."""
+    separator = " " if transcript.spaced else ""
+    channels = sorted({s.channel for s in transcript.segments} | {t.channel for t in diarization.turns}, key=str)
+    parts = {}
+    for channel in channels:
+        part = dataclasses.replace(transcript, segments=tuple(s for s in transcript.segments if s.channel == channel))
+        parts[channel] = within_speech(part, _on(channel, diarization.turns))[0] if speech_only else part
+    segments = [segment for part in parts.values() for segment in part.segments]
+    if len(parts) > 1:
+        segments.sort(key=lambda segment: (segment.start, segment.channel))
+    kept = dataclasses.replace(transcript, segments=tuple(segments))
+    speakers: dict[int, str | None] = {}  # by id: the same Word objects as in ``kept``
+    turns: list[SpeakerSegment] = []
+    for channel, part in parts.items():
+        breaks = channel_breaks(kept.words, channel)
+        word_speakers, segments = attribute(
+            part.words, _on(channel, diarization.turns), _on(channel, diarization.overlaps), separator, breaks
+        )
+        speakers |= zip(map(id, part.words), word_speakers, strict=True)
+        turns += [dataclasses.replace(segment, channel=channel) for segment in segments]
+    if len(parts) > 1:
+        turns.sort(key=lambda turn: (turn.start, turn.channel))
+    return kept, [speakers[id(word)] for word in kept.words], turns
+
+
+def _on(channel: int | None, spans: Sequence[Turn | Overlap]) -> list:
+    return [span for span in spans if span.channel == channel]
+
+
+def channel_breaks(words: Sequence[Word], channel: int | None) -> list[float]:
+    """The middles of the words of the other channels (``multichannel``), in order: a turn of ``channel`` ends at
+    one, even without a change of speaker."""
+    return sorted((word.start + word.end) / 2 for word in words if word.channel != channel)
+
+
+def broken(breaks: Sequence[float], end: float, start: float) -> bool:
+    """Whether one of ``breaks`` (sorted) lies between a word's ``end`` and the next word's ``start``."""
+    return bisect.bisect_left(breaks, end) < bisect.bisect_right(breaks, start)
 
 
 _MIN_UNHEARD_S = 1.0
@@ -83,7 +132,7 @@ def _with_unheard(
             spans.setdefault(speaker, []).append((overlap.start, overlap.end))
     unheard = []
     for speaker, regions in spans.items():
-        speech = Timeline([Segment(start, end) for start, end in regions]).support()
+        speech = Timeline([Interval(start, end) for start, end in regions]).support()
         if speaker in heard or speech.duration() < _MIN_UNHEARD_S:
             continue
         unheard += [SpeakerSegment(speaker, "", segment.start, segment.end) for segment in speech]
@@ -171,10 +220,12 @@ def _group(
     speakers: Sequence[str | None],
     intervals: Sequence[tuple[float, float]],
     separator: str,
+    breaks: Sequence[float],
 ) -> list[SpeakerSegment]:
     segments: list[SpeakerSegment] = []
+    previous_end = 0.0
     for piece, speaker, (start, end) in zip(pieces, speakers, intervals, strict=True):
-        if segments and segments[-1].speaker == speaker:
+        if segments and segments[-1].speaker == speaker and not broken(breaks, previous_end, start):
             last = segments[-1]
             segments[-1] = SpeakerSegment(
                 speaker, f"{last.text}{separator}{piece.text.strip()}".strip(), last.start, end
@@ -184,4 +235,5 @@ def _group(
                 last = segments[-1]
                 segments[-1] = SpeakerSegment(last.speaker, last.text, last.start, max(last.start, start))
             segments.append(SpeakerSegment(speaker, piece.text.strip(), start, end))
+        previous_end = end
     return segments

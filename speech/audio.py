@@ -1,4 +1,5 @@
-"""Request audio: base64 or bytes in, one 16 kHz mono float32 waveform out (decoded once, with limits)."""
+"""Request audio: base64, bytes or an open file in, a 16 kHz float32 waveform out (mono, or one row per channel;
+decoded once, with limits)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import av
 import numpy as np
 
-from speech.errors import AudioTooLongError, AudioTooShortError, InvalidAudioError
+from speech.errors import AudioTooLongError, AudioTooShortError, InvalidAudioError, RequestError
 
 SAMPLE_RATE = 16000
 MIN_DURATION_S = 0.1
@@ -60,9 +62,17 @@ def pyannote_sample_path() -> Path:
     return Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
 
 
+MAX_CHANNELS = 8
+"""Most channels a recording may have when its channels are kept apart (``decode(..., channels=True)``)."""
+
+AudioSource = bytes | BinaryIO
+"""An audio file: its bytes, or an open binary file (read from the start; never a path or a URL)."""
+
+
 @dataclass(frozen=True)
 class Audio:
-    """Decoded request audio: mono float32 samples at ``SAMPLE_RATE``."""
+    """Decoded request audio at ``SAMPLE_RATE``, float32: mono samples, or one row per channel when decoded with
+    ``channels=True``."""
 
     waveform: np.ndarray
     source_sample_rate: int
@@ -70,7 +80,23 @@ class Audio:
 
     @property
     def duration(self) -> float:
-        return len(self.waveform) / SAMPLE_RATE
+        return self.waveform.shape[-1] / SAMPLE_RATE
+
+    @property
+    def channels(self) -> list[np.ndarray]:
+        """Each channel's samples (the mono waveform alone when the channels were mixed down)."""
+        return list(self.waveform) if self.waveform.ndim == 2 else [self.waveform]
+
+
+def request_audio(inputs: object, max_bytes: int, max_file_bytes: int, field: str = "inputs") -> AudioSource:
+    """``request_bytes``, or an open binary file (handed in by the server's jobs or the CLI, never sent as such)
+    of at most ``max_file_bytes``."""
+    if hasattr(inputs, "read") and hasattr(inputs, "seek"):
+        size = inputs.seek(0, io.SEEK_END)
+        inputs.seek(0)
+        check_size(size, max_file_bytes, field)
+        return inputs
+    return request_bytes(inputs, max_bytes, field)
 
 
 def request_bytes(inputs: object, max_bytes: int, field: str = "inputs") -> bytes:
@@ -102,18 +128,19 @@ def check_size(size: int, max_bytes: int, field: str = "inputs") -> None:
         raise AudioTooLongError(f"{field}: {size} bytes is larger than the {max_bytes}-byte limit")
 
 
-def _resampled(container, stream):
-    """Mono float32 16 kHz frames of ``stream``, flushed at the end."""
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+def _resampled(container, stream, channels: bool):
+    """16 kHz float32 frames of ``stream``, planar with its channels or mixed down to mono, flushed at the end."""
+    layout = stream.codec_context.layout if channels else "mono"
+    resampler = av.AudioResampler(format="fltp", layout=layout, rate=SAMPLE_RATE)
     for frame in container.decode(stream):
         yield from resampler.resample(frame)
     yield from resampler.resample(None)
 
 
-def _referencing_kind(data: bytes) -> str | None:
-    """What the request is when it looks like a list, playlist, description, URL or other text rather than an
-    audio file; ``None`` when it does not."""
-    head = data[:512].lstrip()
+def _referencing_kind(head: bytes) -> str | None:
+    """What the request is, from its first bytes, when it looks like a list, playlist, description, URL or other
+    text rather than an audio file; ``None`` when it does not."""
+    head = head.lstrip()
     for signature, name in _REFERENCING:
         if head.startswith(signature):
             return name
@@ -131,21 +158,31 @@ def _refuse(kind: str, field: str) -> InvalidAudioError:
     return InvalidAudioError(f"{field}: {kind} is not an accepted audio file; send one of: {accepted}")
 
 
-def _open(data: bytes, field: str) -> av.container.InputContainer:
-    """Open ``data`` as one of the ``ACCEPTED_FORMATS``, read from memory only: text that could point FFmpeg
-    elsewhere is refused first, then FFmpeg may only pick an accepted demuxer and may open no protocol."""
-    kind = _referencing_kind(data)
+def _open(source: AudioSource, field: str) -> av.container.InputContainer:
+    """Open ``source`` as one of the ``ACCEPTED_FORMATS``, read from memory or the open file only: text that could
+    point FFmpeg elsewhere is refused first, then FFmpeg may only pick an accepted demuxer and may open no protocol."""
+    file = io.BytesIO(source) if isinstance(source, bytes) else source
+    file.seek(0)
+    kind = _referencing_kind(file.read(512))
+    file.seek(0)
     if kind is not None:
         raise _refuse(kind, field)
     options = {"format_whitelist": ",".join(ACCEPTED_FORMATS), "protocol_whitelist": _NO_PROTOCOL}
     try:
-        return av.open(io.BytesIO(data), mode="r", options=options)
+        return av.open(file, mode="r", options=options)
     except av.ArgumentError:  # FFmpeg's answer to a demuxer that is not on the allow-list
         raise _refuse("binary data in another format", field) from None
 
 
-def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None, field: str = "inputs") -> Audio:
-    """Decode a file in one of the ``ACCEPTED_FORMATS``, downmix to mono and resample to 16 kHz.
+def decode(
+    source: AudioSource,
+    max_duration_s: float,
+    timeout_s: float | None = None,
+    field: str = "inputs",
+    channels: bool = False,
+) -> Audio:
+    """Decode a file in one of the ``ACCEPTED_FORMATS`` and resample it to 16 kHz, mixed down to mono or, with
+    ``channels``, keeping its channels apart (at most ``MAX_CHANNELS``).
 
     The duration and time limits are enforced while decoding, so a small file that expands to hours, or one that
     is slow to decode, is refused early. Error messages name ``field``.
@@ -153,15 +190,20 @@ def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None, f
     max_samples = int(max_duration_s * SAMPLE_RATE)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        with _open(data, field) as container:
+        with _open(source, field) as container:
             if not container.streams.audio:
                 raise InvalidAudioError(f"{field}: the file has no audio stream")
             stream = container.streams.audio[0]
             source_rate, source_channels = stream.codec_context.sample_rate, stream.codec_context.channels
-            waveform = _Samples(_expected_samples(container, max_samples))
-            for frame in _resampled(container, stream):
-                samples = frame.to_ndarray().reshape(-1)
-                if waveform.length + len(samples) > max_samples:
+            if channels and source_channels > MAX_CHANNELS:
+                raise RequestError(
+                    f"{field}: the recording has {source_channels} channels; multichannel takes at most {MAX_CHANNELS}"
+                )
+            width = source_channels if channels else 1
+            waveform = _Samples(width, _expected_samples(container, max_samples))
+            for frame in _resampled(container, stream, channels):
+                samples = frame.to_ndarray()
+                if waveform.length + samples.shape[1] > max_samples:
                     raise AudioTooLongError(f"{field}: the audio is longer than the {max_duration_s:g} s limit")
                 if deadline is not None and time.monotonic() > deadline:
                     raise AudioTooLongError(f"{field}: decoding took longer than the {timeout_s:g} s limit")
@@ -171,13 +213,13 @@ def decode(data: bytes, max_duration_s: float, timeout_s: float | None = None, f
     except av.FFmpegError as error:
         raise InvalidAudioError(f"{field}: not a readable audio file ({error.strerror or error})") from None
     samples = waveform.array()
-    if len(samples) < MIN_DURATION_S * SAMPLE_RATE:
+    if samples.shape[1] < MIN_DURATION_S * SAMPLE_RATE:
         raise AudioTooShortError(
-            f"{field}: the audio lasts {len(samples) / SAMPLE_RATE:.3f} s, less than the {MIN_DURATION_S} s minimum"
+            f"{field}: the audio lasts {samples.shape[1] / SAMPLE_RATE:.3f} s, less than the {MIN_DURATION_S} s minimum"
         )
-    # a DC offset carries no speech and skews energies; removed in place, each sample computed in float64
-    np.subtract(samples, samples.mean(dtype=np.float64), out=samples, casting="unsafe")
-    return Audio(samples, int(source_rate or 0), int(source_channels or 0))
+    for channel in samples:  # a DC offset carries no speech and skews energies; removed in place, in float64
+        np.subtract(channel, channel.mean(dtype=np.float64), out=channel, casting="unsafe")
+    return Audio(samples if channels else samples[0], int(source_rate or 0), int(source_channels or 0))
 
 
 def _expected_samples(container, max_samples: int) -> int:
@@ -188,23 +230,24 @@ def _expected_samples(container, max_samples: int) -> int:
 
 
 class _Samples:
-    """Decoded samples written into one array of the expected length as they come (a long recording is not held
-    twice, as pieces and joined), growing by half when a container said less than it holds."""
+    """Decoded samples, one row per channel, written into one array of the expected length as they come (a long
+    recording is not held twice, as pieces and joined), growing by half when a container said less than it holds."""
 
-    def __init__(self, expected: int):
-        self._buffer = np.empty(expected, dtype=np.float32)
+    def __init__(self, channels: int, expected: int):
+        self._buffer = np.empty((channels, expected), dtype=np.float32)
         self.length = 0
 
     def append(self, samples: np.ndarray) -> None:
-        if self.length + len(samples) > len(self._buffer):
-            grown = np.empty(max(self.length + len(samples), len(self._buffer) * 3 // 2), dtype=np.float32)
-            grown[: self.length] = self._buffer[: self.length]
+        count, size = samples.shape[1], self._buffer.shape[1]
+        if self.length + count > size:
+            grown = np.empty((len(self._buffer), max(self.length + count, size * 3 // 2)), dtype=np.float32)
+            grown[:, : self.length] = self._buffer[:, : self.length]
             self._buffer = grown
-        self._buffer[self.length : self.length + len(samples)] = samples
-        self.length += len(samples)
+        self._buffer[:, self.length : self.length + count] = samples
+        self.length += count
 
     def array(self) -> np.ndarray:
         """The samples, in a copy only when the buffer is more than a second too long."""
-        if len(self._buffer) - self.length > SAMPLE_RATE:
-            return self._buffer[: self.length].copy()
-        return self._buffer[: self.length]
+        if self._buffer.shape[1] - self.length > SAMPLE_RATE:
+            return self._buffer[:, : self.length].copy()
+        return self._buffer[:, : self.length]

@@ -4,7 +4,9 @@
 Subtitles follow the usual broadcast limits: at most ``max_lines`` lines of ``max_line_length`` characters (a wide
 character, Chinese or Japanese, counts as two), a cue never spans two speakers, a long pause or more than
 ``max_cue_duration_s``; cues prefer to end at sentence ends. Words of languages written without spaces are joined
-without them. Each cue names its speaker (``SPEAKER_00: ...`` in SRT, a ``<v SPEAKER_00>`` voice span in WebVTT).
+without them. Each cue names its speaker (``SPEAKER_00: ...`` in SRT, a ``<v SPEAKER_00>`` voice span in WebVTT),
+and its channel in a ``multichannel`` transcript where the label does not (``Alice (CH1)``); RTTM has a channel
+column of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Literal
 
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
+from speech.attribution import broken, channel_breaks
 from speech.text import ends_sentence, is_spaced
 from speech.types import AttributedWord, Match, Response, Segment, SpeakerSegment, SpeakerTranscript, Voiceprint, Word
 
@@ -47,7 +50,8 @@ class SubtitleOptions:
 
 @dataclass(frozen=True)
 class Cue:
-    """One subtitle: its wrapped lines (speaker label not included), shown from ``start`` to ``end`` seconds."""
+    """One subtitle: its wrapped lines (speaker label not included), shown from ``start`` to ``end`` seconds;
+    ``speaker``: the label written before them (``speaker_label``)."""
 
     speaker: str | None
     start: float
@@ -70,19 +74,29 @@ def _turn_words(transcript: SpeakerTranscript) -> list[tuple[SpeakerSegment, lis
     the language is written without spaces) timed in proportion to their length. A turn without text has no words.
     """
     turns = [turn for turn in transcript.turns if turn.text]
-    groups: list[list[AttributedWord]] = []
-    for word in transcript.words or ():
-        if groups and groups[-1][0].speaker == word.speaker:
-            groups[-1].append(word)
+    words = transcript.words or ()
+    groups: dict[int | None, list[list[AttributedWord]]] = {}  # as ``attribution.attribute`` formed the turns
+    breaks = {c: channel_breaks([w.word for w in words], c) for c in {w.word.channel for w in words}}
+    for word in words:
+        channel = groups.setdefault(word.word.channel, [])
+        previous = channel[-1][-1].word if channel else None
+        if (
+            previous is not None
+            and channel[-1][-1].speaker == word.speaker
+            and not broken(breaks[word.word.channel], max(previous.start, previous.end), word.word.start)
+        ):
+            channel[-1].append(word)
         else:
-            groups.append([word])
+            channel.append([word])
+    counts = Counter(turn.channel for turn in turns)
+    matched = {channel: iter(found) for channel, found in groups.items() if len(found) == counts[channel]}
     result = []
-    for i, turn in enumerate(turns):
+    for turn in turns:
         start, end = turn.start, turn.end
-        if len(groups) == len(turns):
+        if turn.channel in matched:
             words = [
                 _Word(w.word.text, min(max(w.word.start, start), end), min(max(w.word.end, start), end))
-                for w in groups[i]
+                for w in next(matched[turn.channel])
             ]
         else:
             texts = turn.text.split() if transcript.spaced else _CHARACTER.findall(turn.text)
@@ -138,13 +152,25 @@ def cues(transcript: SpeakerTranscript, options: SubtitleOptions = SubtitleOptio
     separator = " " if transcript.spaced else ""
     result: list[Cue] = []
     for turn, words in _turn_words(transcript):
-        label = len(turn.speaker) + 2 if turn.speaker else 0
-        widths = [max(1, options.max_line_length - label), options.max_line_length][: options.max_lines]
+        label = speaker_label(turn)
+        width = len(label) + 2 if label else 0
+        widths = [max(1, options.max_line_length - width), options.max_line_length][: options.max_lines]
         for group in _cue_words(words, widths, options, separator):
             texts = [w.text for w in group]
             lines = _wrap(texts, widths, separator) or (_line(texts, separator),)  # a single word longer than a line
-            result.append(Cue(turn.speaker, group[0].start, max(group[-1].end, group[0].start + 0.001), lines))
+            result.append(Cue(label, group[0].start, max(group[-1].end, group[0].start + 0.001), lines))
     return sorted(result, key=lambda cue: cue.start)
+
+
+def speaker_label(turn: SpeakerSegment) -> str | None:
+    """The turn's speaker as subtitles and text name it: with its channel (``multichannel``) unless the label
+    already says it (``CH1``, ``CH1_SPEAKER_00``); just the channel when no speaker was found."""
+    if turn.channel is None:
+        return turn.speaker
+    channel = f"CH{turn.channel}"
+    if turn.speaker is None:
+        return channel
+    return turn.speaker if re.fullmatch(rf"{channel}(_.*)?", turn.speaker) else f"{turn.speaker} ({channel})"
 
 
 def _clock(seconds: float, separator: str) -> str:
@@ -180,19 +206,21 @@ def write_vtt(transcript: SpeakerTranscript, options: SubtitleOptions = Subtitle
 
 
 def write_rttm(transcript: SpeakerTranscript, uri: str = "audio") -> str:
-    """Speaker turns in NIST RTTM (``SPEAKER uri 1 onset duration <NA> <NA> speaker <NA> <NA>``)."""
+    """Speaker turns in NIST RTTM (``SPEAKER uri channel onset duration <NA> <NA> speaker <NA> <NA>``; the channel
+    counts from 1, as RTTM's do: ``multichannel``'s channel 0 is 1)."""
     uri = "_".join(uri.split()) or "audio"
     lines = []
     for turn in transcript.turns:
         if turn.speaker and turn.end > turn.start:
-            duration = turn.end - turn.start
-            lines.append(f"SPEAKER {uri} 1 {turn.start:.3f} {duration:.3f} <NA> <NA> {turn.speaker} <NA> <NA>")
+            duration, channel = turn.end - turn.start, (turn.channel or 0) + 1
+            lines.append(f"SPEAKER {uri} {channel} {turn.start:.3f} {duration:.3f} <NA> <NA> {turn.speaker} <NA> <NA>")
     return "".join(line + "\n" for line in lines)
 
 
 def write_text(transcript: SpeakerTranscript) -> str:
     """One line per speaker turn, ``SPEAKER_00: text`` (just the text when no speaker was found)."""
-    lines = [f"{t.speaker}: {t.text}" if t.speaker else t.text for t in transcript.turns if t.text]
+    labels = [(speaker_label(t), t.text) for t in transcript.turns if t.text]
+    lines = [f"{label}: {text}" if label else text for label, text in labels]
     return "".join(line + "\n" for line in lines)
 
 
@@ -209,9 +237,14 @@ def _timestamp(start: float, end: float) -> list[float]:
     return [round(start, 3), round(end, 3)]
 
 
+def _on_channel(body: dict, channel: int | None) -> dict:
+    """``body`` with its ``channel`` in a ``multichannel`` transcript (a mono one's shape is unchanged)."""
+    return body if channel is None else {**body, "channel": channel}
+
+
 def _chunk(segment: Segment) -> dict:
     """A Whisper segment as the toolkit JSON's ``chunks`` entry: text, timestamp and the four quality fields."""
-    return {
+    body = {
         "text": segment.text,
         "timestamp": _timestamp(segment.start, segment.end),
         "avg_logprob": segment.avg_logprob,
@@ -219,11 +252,12 @@ def _chunk(segment: Segment) -> dict:
         "compression_ratio": segment.compression_ratio,
         "temperature": segment.temperature,
     }
+    return _on_channel(body, segment.channel)
 
 
 def _word(word: AttributedWord) -> dict:
     text = word.word
-    return {
+    body = {
         "word": text.text,
         "start": text.start,
         "end": text.end,
@@ -231,11 +265,13 @@ def _word(word: AttributedWord) -> dict:
         "speaker": word.speaker,
         "speaker_confidence": word.confidence,
     }
+    return _on_channel(body, text.channel)
 
 
 def _turn(turn: SpeakerSegment) -> dict:
     timestamp = _timestamp(turn.start, turn.end)
-    return {"speaker": turn.speaker, "text": turn.text, "timestamp": timestamp, "confidence": turn.confidence}
+    body = {"speaker": turn.speaker, "text": turn.text, "timestamp": timestamp, "confidence": turn.confidence}
+    return _on_channel(body, turn.channel)
 
 
 def _match(match: Match) -> dict:
@@ -261,7 +297,8 @@ def toolkit_json(response: Response) -> dict:
         "chunks": [_chunk(segment) for segment in transcript.segments],
         "speakers": [_turn(turn) for turn in response.turns],
         "overlaps": [
-            {"speakers": list(o.speakers), "timestamp": _timestamp(o.start, o.end)} for o in response.overlaps
+            _on_channel({"speakers": list(o.speakers), "timestamp": _timestamp(o.start, o.end)}, o.channel)
+            for o in response.overlaps
         ],
         "language": transcript.language,
         "language_probability": round(transcript.language_probability, 3),
@@ -316,14 +353,17 @@ def openai_json(response: Response, response_format: str, task: str, words: bool
     duration = round(response.duration, 3)
     if response_format == "diarized_json":
         segments = [
-            {
-                "type": "transcript.text.segment",
-                "id": f"seg_{i}",
-                "start": round(turn.start, 3),
-                "end": round(turn.end, 3),
-                "text": turn.text,
-                "speaker": turn.speaker,
-            }
+            _on_channel(
+                {
+                    "type": "transcript.text.segment",
+                    "id": f"seg_{i}",
+                    "start": round(turn.start, 3),
+                    "end": round(turn.end, 3),
+                    "text": turn.text,
+                    "speaker": turn.speaker,
+                },
+                turn.channel,
+            )
             for i, turn in enumerate(response.turns)
         ]
         body = {"task": task, "duration": duration, "text": transcript.text, "segments": segments, "usage": usage}
@@ -346,14 +386,14 @@ def read_speaker_transcript(response: dict) -> SpeakerTranscript:
     """The speaker turns and words of a toolkit JSON response (``toolkit_json``'s output, e.g. with speakers
     renamed), to write it again in another format."""
     turns = tuple(
-        SpeakerSegment(turn["speaker"], turn["text"], *turn["timestamp"], turn.get("confidence"))
+        SpeakerSegment(turn["speaker"], turn["text"], *turn["timestamp"], turn.get("confidence"), turn.get("channel"))
         for turn in response["speakers"]
     )
     words = None
     if response.get("words") is not None:
         words = tuple(
             AttributedWord(
-                Word(w["word"], w["start"], w["end"], w.get("probability", 1.0)),
+                Word(w["word"], w["start"], w["end"], w.get("probability", 1.0), w.get("channel")),
                 w["speaker"],
                 w.get("speaker_confidence"),
             )

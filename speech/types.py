@@ -24,6 +24,8 @@ class Word:
     start: float
     end: float
     probability: float
+    channel: int | None = None
+    """The recording's channel it was heard on (``multichannel``); ``None`` for a mono transcript."""
 
 
 @dataclass(frozen=True)
@@ -41,24 +43,30 @@ class Segment:
     no_speech_prob: float
     compression_ratio: float
     temperature: float
+    channel: int | None = None
+    """The recording's channel (``multichannel``); ``None`` for a mono transcript."""
 
 
 @dataclass(frozen=True)
 class Turn:
-    """A speech turn of one speaker, in seconds."""
+    """A speech turn of one speaker, in seconds, on a ``channel`` of the recording (``multichannel``; else
+    ``None``)."""
 
     speaker: str
     start: float
     end: float
+    channel: int | None = None
 
 
 @dataclass(frozen=True)
 class Overlap:
-    """A stretch where several speakers talk at once, in seconds."""
+    """A stretch where several speakers talk at once, in seconds: on one ``channel`` (``None`` in a mono
+    recording, and between speakers of different channels of a ``multichannel`` one)."""
 
     speakers: tuple[str, ...]
     start: float
     end: float
+    channel: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,8 @@ class SpeakerSegment:
     start: float
     end: float
     confidence: float | None = None
+    channel: int | None = None
+    """The recording's channel (``multichannel``); ``None`` for a mono transcript."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from config import InferenceConfig, ModelSettings
 from speech.asr.language import RecognitionOptions, recognition_options
 from speech.asr.model import Whisper
-from speech.audio import request_bytes
+from speech.audio import AudioSource, request_audio
 from speech.errors import InvalidParametersError, RequestError
 from speech.speakers.voiceprints import SpeakerEmbedder, references
 from speech.types import Voiceprint
@@ -17,12 +17,12 @@ from speech.types import Voiceprint
 @dataclass(frozen=True)
 class ValidRequest:
     """A request that passed every check: its parameters, what Whisper is to do, the known speakers as
-    voiceprints, and the audio file's bytes (not decoded yet)."""
+    voiceprints, and the audio file (its bytes or an open file, not decoded yet)."""
 
     config: InferenceConfig
     recognition: RecognitionOptions
     known: list[Voiceprint]
-    audio: bytes
+    audio: AudioSource
 
 
 def validate(data: object, whisper: Whisper, embedder: SpeakerEmbedder | None, settings: ModelSettings) -> ValidRequest:
@@ -32,7 +32,8 @@ def validate(data: object, whisper: Whisper, embedder: SpeakerEmbedder | None, s
     config = InferenceConfig.from_parameters(data.get("parameters"))
     recognition = recognition_options(whisper, config)
     known = _known_speakers(config, embedder, settings)
-    return ValidRequest(config, recognition, known, request_bytes(data["inputs"], settings.max_request_bytes))
+    audio = request_audio(data["inputs"], settings.max_request_bytes, settings.max_file_bytes)
+    return ValidRequest(config, recognition, known, audio)
 
 
 def _known_speakers(

@@ -5,6 +5,7 @@ thread, once the request's turn has come."""
 from __future__ import annotations
 
 import binascii
+import io
 import json
 import re
 import tempfile
@@ -74,10 +75,11 @@ class RequestBody:
     is_json: bool
     query: dict[str, str]
 
-    def data(self) -> dict:
-        """``{"inputs", "parameters"}`` (blocking: call it off the event loop)."""
+    def data(self, audio: IO[bytes] | None = None, max_parsed: int | None = None) -> dict:
+        """``{"inputs", "parameters"}`` (blocking: call it off the event loop); see ``json_request`` for ``audio``
+        and ``max_parsed``."""
         self.file.seek(0)
-        data = json_request(self.file) if self.is_json else {"inputs": self.file.read()}
+        data = json_request(self.file, audio, max_parsed) if self.is_json else {"inputs": self.file.read()}
         if "parameters" not in data and self.query:
             data["parameters"] = dict(self.query)
         return data
@@ -97,27 +99,36 @@ async def request_body(request: Request, limit: int) -> RequestBody:
     return RequestBody(await spool(request, limit), kind == "application/json", dict(request.query_params))
 
 
-def json_request(file: IO[bytes]) -> dict:
+def json_request(file: IO[bytes], audio: IO[bytes] | None = None, max_parsed: int | None = None) -> dict:
     """The JSON object of ``file``. When it starts with a large base64 ``"inputs"`` string (as clients write it),
-    that string is decoded to bytes piece by piece, never held whole as text; anything else is parsed whole."""
+    that string is decoded piece by piece, never held whole as text: to bytes, or written to ``audio`` (``inputs``
+    is then ``None``). Anything else is parsed whole, refused when larger than ``max_parsed`` bytes."""
     head = file.read(1024)
     match = _INPUTS_FIRST.match(head)
     if match is not None:
-        decoded = _base64_string(file, match.end())
-        if decoded is not None:
-            audio, rest = decoded
+        out = io.BytesIO() if audio is None else audio
+        rest = _base64_string(file, match.end(), out)
+        if rest is not None:
             data = json_object(b'{"inputs": null' + rest)
-            data["inputs"] = audio
+            data["inputs"] = out.getvalue() if audio is None else None
             return data
+        out.seek(0)
+        out.truncate()
+    size = file.seek(0, io.SEEK_END)
+    if max_parsed is not None and size > max_parsed:
+        raise AudioTooLongError(
+            f'a JSON body over {max_parsed} bytes must start with "inputs" as one plain base64 string '
+            "(no escapes or data URI); or send the audio file itself as audio/* or application/octet-stream"
+        )
     file.seek(0)
     return json_object(file.read())
 
 
-def _base64_string(file: IO[bytes], start: int) -> tuple[bytes, bytes] | None:
-    """The bytes of the plain base64 JSON string starting at ``start``, and the text after the string; ``None``
-    when the string has escapes, whitespace, a data URI or anything but base64 (the whole parse reads it then)."""
+def _base64_string(file: IO[bytes], start: int, out: IO[bytes]) -> bytes | None:
+    """Decode the plain base64 JSON string starting at ``start`` into ``out``; the text after the string, or
+    ``None`` when the string has escapes, whitespace, a data URI or anything but base64 (read whole then)."""
     file.seek(start)
-    pieces, carry = [], b""
+    carry = b""
     while True:
         chunk = file.read(_BASE64_CHUNK)
         if not chunk:
@@ -126,14 +137,14 @@ def _base64_string(file: IO[bytes], start: int) -> tuple[bytes, bytes] | None:
         text = carry + (chunk if found is None else chunk[: found.start()])
         whole = len(text) - len(text) % 4 if found is None else len(text)
         try:
-            pieces.append(binascii.a2b_base64(text[:whole], strict_mode=True))
+            out.write(binascii.a2b_base64(text[:whole], strict_mode=True))
         except binascii.Error:
             return None
         carry = text[whole:]
         if found is not None:
             if chunk[found.start() : found.start() + 1] == b"\\":
                 return None
-            return b"".join(pieces), chunk[found.end() :] + file.read()
+            return chunk[found.end() :] + file.read()
 
 
 def json_object(body: bytes) -> dict:

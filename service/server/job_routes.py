@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import io
+import tempfile
 from functools import partial
 
 import anyio.to_thread
@@ -14,7 +15,7 @@ from starlette.routing import Route
 
 from config import InferenceConfig
 from service.jobs import Job
-from service.server.bodies import RequestBody, request_body
+from service.server.bodies import RequestBody, body_limit, request_body
 from service.server.errors import route
 from service.server.state import ServerContext
 from speech.audio import check_size, request_bytes
@@ -38,9 +39,10 @@ def owner(request: Request) -> str:
 
 async def submit_job(context: ServerContext, request: Request) -> Response:
     """Keep the audio and queue it (its parameters and webhook checked first); 202 with the job and its
-    ``Location``. A key with ``JOBS_MAX_QUEUED`` jobs waiting is refused (429) before the body is read."""
+    ``Location``. A key with ``JOBS_MAX_QUEUED`` jobs waiting is refused (429) before the body is read. Job audio
+    may be up to ``MAX_FILE_BYTES``: it goes to disk as it arrives and is decoded from there."""
     context.store.admit(owner(request))
-    body = await request_body(request, context.body_limit)
+    body = await request_body(request, body_limit(context.model_settings.max_file_bytes))
     try:
         job = await anyio.to_thread.run_sync(_submit, context, body, owner(request), limiter=context.submissions)
     finally:
@@ -49,20 +51,22 @@ async def submit_job(context: ServerContext, request: Request) -> Response:
 
 
 def _submit(context: ServerContext, body: RequestBody, key: str) -> Job:
-    """The job of a spooled body (blocking): the raw audio copied as it is, base64 decoded first."""
-    data = body.data() if body.is_json else {"parameters": dict(body.query)}
-    parameters = dict(data.get("parameters") or {})
-    given = parameters.pop("webhook_url", None)  # a raw body's query parameters hold it too
-    webhook_url = body.query.get("webhook_url") or given
-    InferenceConfig.from_parameters(parameters)
-    if webhook_url is not None:
-        context.webhooks.check(str(webhook_url))
-    limit = context.model_settings.max_request_bytes
-    if body.is_json:
-        return context.store.submit(io.BytesIO(request_bytes(data["inputs"], limit)), parameters, key, webhook_url)
-    check_size(body.file.seek(0, io.SEEK_END), limit)
-    body.file.seek(0)
-    return context.store.submit(body.file, parameters, key, webhook_url)
+    """The job of a spooled body (blocking): raw audio copied as it is, base64 decoded to a file first."""
+    settings = context.model_settings
+    with tempfile.TemporaryFile() as decoded:
+        data = body.data(decoded, body_limit(settings.max_request_bytes)) if body.is_json else {}
+        parameters = dict(data.get("parameters") or body.query)
+        given = parameters.pop("webhook_url", None)  # a raw body's query parameters hold it too
+        webhook_url = body.query.get("webhook_url") or given
+        InferenceConfig.from_parameters(parameters)
+        if webhook_url is not None:
+            context.webhooks.check(str(webhook_url))
+        if data.get("inputs") is not None:  # a JSON body parsed whole
+            decoded.write(request_bytes(data["inputs"], settings.max_request_bytes))
+        audio = decoded if body.is_json else body.file
+        check_size(audio.seek(0, io.SEEK_END), settings.max_file_bytes)
+        audio.seek(0)
+        return context.store.submit(audio, parameters, key, webhook_url)
 
 
 async def list_jobs(context: ServerContext, request: Request) -> Response:

@@ -96,6 +96,8 @@ async def _sse(
             elif isinstance(item, TurnUpdate) and segments:
                 turn = item.turn
                 segment = {"id": f"seg_{item.index}", "start": turn.start, "end": turn.end, "text": turn.text}
+                if turn.channel is not None:
+                    segment["channel"] = turn.channel
                 revision = {"revision": True} if item.revision else {}
                 yield _event({"type": "transcript.text.segment", **segment, "speaker": turn.speaker, **revision})
             item = await rest.receive()

@@ -64,6 +64,7 @@ class _Turn(BaseModel):
     speaker: str | None
     text: str
     timestamp: tuple[float, float]
+    channel: int | None = None
 
 
 class _Word(BaseModel):
@@ -71,6 +72,7 @@ class _Word(BaseModel):
     start: float
     end: float
     speaker: str | None
+    channel: int | None = None
 
 
 class _Task(BaseModel):

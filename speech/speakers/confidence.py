@@ -24,6 +24,9 @@ class SpeakerEvidence:
 
     speakers: tuple[str, ...]
     votes: np.ndarray
+    channels: tuple[int, ...] = ()
+    """Each speaker's channel when the channels were diarized apart (``multichannel``): a share is then of the
+    votes of its channel's speakers only."""
 
     def confidence(self, speaker: str | None, start: float | None, end: float | None) -> float | None:
         """The share of the votes within [start, end] that go to ``speaker``; ``None`` without a speaker, a time
@@ -33,11 +36,15 @@ class SpeakerEvidence:
         middle, half = (start + end) / 2, max(end - start, _MIN_SPAN_S) / 2
         first = max(0, int((middle - half) / GRID_S))
         last = min(len(self.votes), int(np.ceil((middle + half) / GRID_S)))
+        column = self.speakers.index(speaker)
         window = self.votes[first:last]
+        if self.channels:
+            window = window[:, np.asarray(self.channels) == self.channels[column]]
+            column = self.channels[:column].count(self.channels[column])
         total = float(window.sum())
         if total <= 0:
             return None
-        return round(float(window[:, self.speakers.index(speaker)].sum()) / total, 3)
+        return round(float(window[:, column].sum()) / total, 3)
 
 
 def speaker_evidence(

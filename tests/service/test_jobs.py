@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import copy
 import json
 import threading
 import time
@@ -39,7 +41,7 @@ class GatedHandler:
             raise InvalidAudioError("inputs: not audio")
         if data["parameters"].get("prompt") == "crash":
             raise RuntimeError("a bug")
-        return {"text": f"{len(data['inputs'])} bytes", "speakers": []}
+        return {"text": f"{len(data['inputs'].read())} bytes", "speakers": []}
 
 
 def test_a_job_runs_to_a_result_that_survives_a_restart(handler, clip_wav, tmp_path):
@@ -137,3 +139,26 @@ def test_progress_from_numpy_counts_is_plain_json():
     progress = JobProgress().advanced("embeddings", np.int64(3), np.int64(6))
     expected = {"stage": "embeddings", "completed": 3, "total": 6, "fraction": 0.2}
     assert json.loads(json.dumps(progress.__dict__)) == expected
+
+
+def test_a_job_takes_audio_over_the_request_limit_and_decodes_it_from_disk(handler, clip_wav, tmp_path):
+    """Long recordings are big files: jobs take up to ``MAX_FILE_BYTES`` (raw, or base64 decoded to disk as it is
+    read), where ``POST /`` stops at ``MAX_REQUEST_BYTES``."""
+    small = copy.copy(handler)
+    limits = {"max_request_bytes": len(clip_wav) // 2, "max_file_bytes": 2 * len(clip_wav)}
+    small.settings = handler.settings.model_copy(update=limits)
+    with TestClient(create_app(handler=small, server_settings=ServerSettings(jobs_dir=tmp_path))) as client:
+        ready(client)
+        raw = {"Content-Type": "audio/wav"}
+        assert client.post("/", content=clip_wav, headers=raw).status_code == 413
+        assert client.post("/jobs", content=clip_wav * 3, headers=raw).status_code == 413
+        queued = client.post("/jobs", content=clip_wav, headers=raw)
+        assert queued.status_code == 202
+        assert client.delete(f"/jobs/{queued.json()['id']}").status_code == 204
+        encoded = base64.b64encode(clip_wav).decode()
+        submitted = client.post("/jobs", json={"inputs": encoded, "parameters": {"num_speakers": 2}})
+        assert submitted.status_code == 202
+        job = wait_for(client, submitted.json()["id"], "completed", "failed")
+        assert job["status"] == "completed", job
+        result = client.get(f"/jobs/{job['id']}/result").json()
+        assert result["duration"] == 15.0 and len({turn["speaker"] for turn in result["speakers"]}) == 2
