@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from scipy.ndimage import maximum_filter1d
 
 from speech.audio import SAMPLE_RATE
 from speech.speakers.confidence import SpeakerEvidence
@@ -17,14 +18,18 @@ FRAME_S = 0.05
 SMOOTHING_FRAMES = 5
 """... their level differences averaged over 250 ms, about a syllable, so that a word is not cut into pieces."""
 CROSSTALK_MARGIN_DB = 10.0
-"""A channel this much quieter than another at the same moment hears that other side (bleed, line echo), not its
-own: the stretch is silenced there. Two sides talking at once within this of each other both keep their speech."""
+"""A channel this much quieter than another hears that other side (bleed, line echo), not its own: the stretch is
+silenced there. Two sides talking at once within this of each other both keep their speech."""
+ECHO_FRAMES = 10
+"""Another channel's level counts for the 500 ms after it (frames): a line echo comes back that much later, when
+the other side may have paused."""
 _BLOCK_FRAMES = 12_000  # energies computed 10 minutes at a time
 
 
 def suppress_crosstalk(channels: np.ndarray) -> float:
     """Silence, in place, each stretch of a channel (rows of ``channels``) that is ``CROSSTALK_MARGIN_DB``
-    quieter than another channel at that moment: speech heard on several channels belongs to the loudest.
+    quieter than another channel at that moment or in the ``ECHO_FRAMES`` before: speech heard on several channels
+    belongs to the loudest.
     Returns the share of the recording's channel time silenced."""
     frame = int(FRAME_S * SAMPLE_RATE)
     frames = channels.shape[1] // frame
@@ -36,8 +41,11 @@ def suppress_crosstalk(channels: np.ndarray) -> float:
         levels[:, first:last] = 10 * np.log10(power + 1e-10)
     kernel = np.ones(SMOOTHING_FRAMES, dtype=np.float32) / SMOOTHING_FRAMES
     smoothed = np.stack([np.convolve(level, kernel, mode="same") for level in levels])
-    loudest = smoothed.max(axis=0)
-    quiet = smoothed < loudest - CROSSTALK_MARGIN_DB
+    recent = maximum_filter1d(smoothed, size=ECHO_FRAMES + 1, axis=1, origin=ECHO_FRAMES // 2)  # now and just before
+    quiet = np.zeros_like(smoothed, dtype=bool)
+    for channel in range(len(channels)):
+        others = np.delete(recent, channel, axis=0).max(axis=0)
+        quiet[channel] = smoothed[channel] < others - CROSSTALK_MARGIN_DB
     for channel, silenced in zip(channels, quiet, strict=True):
         samples = np.repeat(silenced, frame)
         channel[: len(samples)][samples] = 0.0
