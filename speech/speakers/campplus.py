@@ -7,12 +7,15 @@ network up to its statistics pooling, which is replaced by pyannote's weighted s
 Windows overlap (pyannote's step is a tenth of its 10 s window), so running the network on every window computes
 each second of audio ten times. ``embed_recording`` runs it once over the recording instead, in 12 s tiles that
 overlap by a margin, and pools each window's frames from the result: about 3x less diarization time.
-12 s tiles keep 10 s of frames each, like pyannote's windows.
+12 s tiles keep 10 s of frames each, like pyannote's windows. The features go to a temporary file as they are
+computed (``RecordingFeatures``), so that memory stays flat in the recording's length.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -41,6 +44,28 @@ TILE_MARGIN_SECONDS = 1.0
 FEATURE_DTYPE = torch.float16
 """The recording's trunk features are kept at 16 bits (512 channels, 50 frames a second: 0.37 GB for 2 hours, not
 0.74), and pooled at 32."""
+
+
+class RecordingFeatures:
+    """A recording's (channels, ``num_frames``) trunk features in an unnamed temporary file, frame after frame at
+    ``FEATURE_DTYPE``, read back a window at a time: the process holds only the windows it pools, the file system's
+    cache the rest. The file is deleted when this object goes."""
+
+    def __init__(self, channels: int, num_frames: int, device: torch.device):
+        self.channels, self.num_frames, self.device = channels, num_frames, device
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 (closed with this object)
+        self._frame_bytes = channels * torch.finfo(FEATURE_DTYPE).bits // 8
+
+    def write(self, start: int, frames: torch.Tensor) -> None:
+        """Store (tiles, channels, frames) trunk features, the tiles one after another, from frame ``start``."""
+        rows = frames.to(FEATURE_DTYPE).transpose(1, 2).reshape(-1, self.channels).cpu().contiguous()
+        os.pwrite(self._file.fileno(), rows.numpy(), start * self._frame_bytes)
+
+    def window(self, start: int, width: int) -> torch.Tensor:
+        """(channels, frames) features of the ``width`` frames from ``start`` (fewer at the recording's end)."""
+        rows = torch.empty((max(0, min(width, self.num_frames - start)), self.channels), dtype=FEATURE_DTYPE)
+        os.preadv(self._file.fileno(), [rows.numpy()], start * self._frame_bytes)
+        return rows.to(self.device).T
 
 
 class CAMPPlusEmbedding(Model):
@@ -109,13 +134,13 @@ class CAMPPlusEmbedding(Model):
         weights: np.ndarray,
         batch_size: int = 32,
         progress: Callable[[int, int], None] | None = None,
-    ) -> tuple[np.ndarray, torch.Tensor]:
+    ) -> tuple[np.ndarray, RecordingFeatures]:
         """Embeddings of the windows ``[start, start + duration)`` of one recording, one per (window, speaker), and
         the trunk features of the whole recording they were pooled from (``recording_features``).
 
-        ``waveform``: (1, samples); ``weights``: (windows, speakers, frames) per-frame speaker weights of each window.
-        Returns (windows, speakers, dimension) and (channels, frames). ``progress(completed, total)`` follows the
-        tile batches.
+        ``waveform``: (1, samples); ``weights``: (windows, speakers, frames) per-frame speaker weights of each window
+        (0 or 1: booleans will do). Returns (windows, speakers, dimension) and the features. ``progress(completed,
+        total)`` follows the tile batches.
         """
         reach = int(_first_frames(starts)[-1]) + self.num_frames(round(duration * self.hparams.sample_rate))
         frames = max(reach, self.num_frames(waveform.shape[-1]))
@@ -124,7 +149,12 @@ class CAMPPlusEmbedding(Model):
 
     @torch.inference_mode()
     def embed_windows(
-        self, features: torch.Tensor, starts: np.ndarray, duration: float, weights: np.ndarray, batch_size: int = 32
+        self,
+        features: RecordingFeatures,
+        starts: np.ndarray,
+        duration: float,
+        weights: np.ndarray,
+        batch_size: int = 32,
     ) -> np.ndarray:
         """``embed_recording`` on the recording's ``recording_features``."""
         window_frames = self.num_frames(round(duration * self.hparams.sample_rate))
@@ -132,8 +162,9 @@ class CAMPPlusEmbedding(Model):
         embeddings = []
         first_frames = _first_frames(starts)
         for batch in range(0, len(first_frames), batch_size):
-            frames = torch.stack([features[:, f : f + window_frames] for f in first_frames[batch : batch + batch_size]])
-            embeddings.append(self.pool(frames, weights[batch : batch + batch_size].to(frames.device)))
+            frames = torch.stack([features.window(f, window_frames) for f in first_frames[batch : batch + batch_size]])
+            batch_weights = weights[batch : batch + batch_size].to(frames.device, torch.float32)
+            embeddings.append(self.pool(frames, batch_weights))
         return torch.cat(embeddings).cpu().numpy()
 
     def pool(self, frames: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -149,31 +180,30 @@ class CAMPPlusEmbedding(Model):
         num_frames: int,
         batch_size: int,
         progress: Callable[[int, int], None] | None = None,
-    ) -> torch.Tensor:
-        """(samples,) waveform -> (channels, num_frames) trunk features (``FEATURE_DTYPE``); frame ``i`` is centred
-        near ``i * 20 ms``.
+    ) -> RecordingFeatures:
+        """(samples,) waveform -> (channels, num_frames) trunk features; frame ``i`` is centred near ``i * 20 ms``.
 
         Tiles start every ``TILE_SECONDS - 2 * TILE_MARGIN_SECONDS`` and keep their middle frames. The recording is
-        extended by reflection so that the first and last tiles see speech-like context, not digital silence.
+        extended by reflection so that the first and last tiles see speech-like context, not digital silence; a
+        batch's tiles are views of the waveform (a copy only where they cross its ends).
         """
         sample_rate = self.hparams.sample_rate
         tile, margin = round(TILE_SECONDS * sample_rate), round(TILE_MARGIN_SECONDS * sample_rate)
         hop = tile - 2 * margin
         kept, skipped = round(hop / sample_rate / FRAME_SECONDS), round(TILE_MARGIN_SECONDS / FRAME_SECONDS)
         num_tiles = math.ceil(num_frames / kept)
-        samples = waveform.cpu().numpy()[: num_tiles * hop + margin]
-        padded = np.pad(samples, (margin, num_tiles * hop + margin - len(samples)), mode="reflect")
-        tiles = torch.from_numpy(padded).to(waveform.device).unfold(0, tile, hop)[:num_tiles]
-        del samples, padded  # on a GPU the copy there is all the tiles need
+        samples = waveform[: num_tiles * hop + margin]
         features = None
         for batch in range(0, num_tiles, batch_size):
-            frames = self.trunk(tiles[batch : batch + batch_size, None])[:, :, skipped : skipped + kept]
+            count = min(batch_size, num_tiles - batch)
+            span = _reflected(samples, batch * hop - margin, (batch + count - 1) * hop - margin + tile)
+            frames = self.trunk(span.unfold(0, tile, hop)[:, None])[:, :, skipped : skipped + kept]
             if features is None:
-                features = frames.new_empty((frames.shape[1], num_tiles * kept), dtype=FEATURE_DTYPE)
-            features[:, batch * kept : batch * kept + frames.shape[0] * kept] = frames.transpose(0, 1).flatten(1)
+                features = RecordingFeatures(frames.shape[1], num_frames, frames.device)
+            features.write(batch * kept, frames)
             if progress is not None:
-                progress(min(batch + batch_size, num_tiles), num_tiles)
-        return features[:, :num_frames]
+                progress(batch + count, num_tiles)
+        return features
 
     @staticmethod
     def num_frames(num_samples: int) -> int:
@@ -189,6 +219,16 @@ class CAMPPlusEmbedding(Model):
                 return x
             x = layer(x)
         raise RuntimeError("CAM++ has no statistics pooling layer")
+
+
+def _reflected(samples: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """``samples[start:stop]``, extended by reflection where it reaches past either end (as ``np.pad`` with
+    ``mode="reflect"``); a view unless it does."""
+    if start >= 0 and stop <= len(samples):
+        return samples[start:stop]
+    period = max(2 * (len(samples) - 1), 1)
+    index = torch.arange(start, stop, device=samples.device).remainder(period)
+    return samples[torch.where(index < len(samples), index, period - index)]
 
 
 def _first_frames(starts: np.ndarray) -> np.ndarray:

@@ -63,10 +63,9 @@ def speaker_evidence(
         return SpeakerEvidence(tuple(speakers), grid)
     unit_centroids = np.where(usable[:, None], centroids / np.where(norms > 0, norms, 1), 0)
     window = segmentations.sliding_window
-    activity = np.nan_to_num(segmentations.data)
-    frames = activity.shape[1]
-    frame_s = window.duration / frames
-    for w, (active, local_embeddings) in enumerate(zip(activity, embeddings, strict=True)):
+    frame_s = window.duration / segmentations.data.shape[1]
+    for w, (activity, local_embeddings) in enumerate(zip(segmentations.data, embeddings, strict=True)):
+        active = np.nan_to_num(activity)  # window by window: no copy of the recording's segmentations
         start = window.start + w * window.step
         for voice in range(active.shape[1]):
             embedding = local_embeddings[voice]

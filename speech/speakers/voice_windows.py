@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:  # CAM++ (speakerlab) is imported only by a pipeline that uses it
-    from speech.speakers.campplus import CAMPPlusEmbedding
+    from speech.speakers.campplus import CAMPPlusEmbedding, RecordingFeatures
 
 FRAME_SECONDS = 0.02
 """The frame of ``AudioWindows``: CAM++'s, so that the steps' settings mean the same time with either source."""
@@ -38,17 +38,17 @@ class VoiceWindows(Protocol):
 class FeatureWindows:
     """Windows pooled from the recording's CAM++ trunk features (``CAMPPlusEmbedding.recording_features``)."""
 
-    def __init__(self, model: CAMPPlusEmbedding, features: torch.Tensor):
+    def __init__(self, model: CAMPPlusEmbedding, features: RecordingFeatures):
         self.model, self.features = model, features
         self.frame_seconds = model.frame_seconds
-        self.num_frames = features.shape[-1]
+        self.num_frames = features.num_frames
 
     def embed(self, starts: list[int], width: int, weights: np.ndarray | None = None) -> np.ndarray:
         embeddings = []
         with torch.inference_mode():
             for batch in range(0, len(starts), _BATCH):
                 batch_starts = starts[batch : batch + _BATCH]
-                frames = torch.stack([self.features[:, s : s + width] for s in batch_starts])
+                frames = torch.stack([self.features.window(s, width) for s in batch_starts])
                 if weights is None:
                     batch_weights = torch.ones(len(batch_starts), 1, width)
                 else:
