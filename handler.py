@@ -96,7 +96,7 @@ class EndpointHandler:
         config, settings = request.config, self.settings
         checkpoint("decoding", 0, 1)
         audio = decode(
-            request.audio, settings.max_audio_duration_s, settings.decode_timeout_s, "inputs", config.multichannel
+            request.audio, settings.max_audio_duration_s, settings.decode_timeout_s, "inputs", config.multichannel, True
         )
         channels, notes = audio.channels, []
         if len(channels) > 1:

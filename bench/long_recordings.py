@@ -3,22 +3,24 @@
     python bench/long_recordings.py                      # 10 minutes and 2 hours
     python bench/long_recordings.py --minutes 10 30
 
-The recording is bench/benchmark.py's synthesized 10-minute conversation (3 speakers, noise, overlaps), repeated to
-the length asked for. The handler's progress callback names the stage; a thread samples the process's RSS every
-20 ms, and each stage's figure is the highest RSS seen while it ran (``load`` is the models after loading).
+The recording is a WAV file of bench/benchmark.py's synthesized 10-minute conversation (3 speakers, noise,
+overlaps), repeated to the length asked for, handed to the handler open (as jobs and the CLI do). The handler's
+progress callback names the stage; a thread samples the process's RSS every 20 ms, and each stage's figure is the
+highest RSS seen while it ran (``load`` is the models after loading).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,22 +39,21 @@ def rss_mb() -> float:
     return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
 
 
-def long_recording(minutes: float) -> bytes:
-    """The 10-minute conversation repeated (and cut) to ``minutes``, as 16-bit WAV bytes."""
+def long_recording(minutes: float, file: BinaryIO) -> None:
+    """Write the 10-minute conversation repeated (and cut) to ``minutes`` into ``file``, as 16-bit WAV."""
     base = decode(recording(10).read_bytes(), 3600).waveform
     waveform = np.tile(base, int(np.ceil(minutes * 60 * SAMPLE_RATE / len(base))))[: int(minutes * 60 * SAMPLE_RATE)]
-    buffer = io.BytesIO()
-    write_wav(buffer, waveform)
-    return buffer.getvalue()
+    write_wav(file, waveform)
 
 
 def measure(minutes: float) -> dict:
-    """Load the handler, then run one request on ``minutes`` of audio, sampling RSS per stage."""
-    from config import ModelSettings
+    """Load the handler, then run one request on ``minutes`` of audio from a file (as jobs and the CLI hand it),
+    sampling RSS per stage."""
     from handler import EndpointHandler
 
-    data = long_recording(minutes)
-    handler = EndpointHandler(settings=ModelSettings(max_request_bytes=len(data)))  # 2 h of WAV: 230 MB
+    file = tempfile.TemporaryFile()  # noqa: SIM115 (closed on return)
+    long_recording(minutes, file)
+    handler = EndpointHandler()
     peaks = {"load": rss_mb()}
     stage = ["decoding"]
     done = threading.Event()
@@ -69,9 +70,11 @@ def measure(minutes: float) -> dict:
     sampler.start()
     started = time.perf_counter()
     try:
-        handler({"inputs": data}, progress=progress)
+        file.seek(0)
+        handler({"inputs": file}, progress=progress)
     finally:
         done.set()
+        file.close()
     wall = time.perf_counter() - started
     sampler.join()
     return {"minutes": minutes, "wall_s": wall, "rtf": wall / (minutes * 60), "peaks": peaks}

@@ -1,5 +1,5 @@
-"""Request audio: base64, bytes or an open file in, a 16 kHz float32 waveform out (mono, or one row per channel;
-decoded once, with limits)."""
+"""Request audio: base64, bytes or an open file in, a 16 kHz waveform out (float32 or 16-bit PCM; mono, or one row
+per channel; decoded once, with limits)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 import av
 import numpy as np
+import torch
 
 from speech.errors import AudioTooLongError, AudioTooShortError, InvalidAudioError, RequestError
 
@@ -69,10 +70,22 @@ AudioSource = bytes | BinaryIO
 """An audio file: its bytes, or an open binary file (read from the start; never a path or a URL)."""
 
 
+PCM_SCALE = 32768
+"""16-bit PCM sample values per unit of float amplitude."""
+
+
+def float_samples(samples: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    """``samples`` (numpy or torch) as float32 in [-1, 1]: float ones as they are, 16-bit PCM ones scaled, in a
+    copy."""
+    if isinstance(samples, torch.Tensor):
+        return samples.float() / PCM_SCALE if samples.dtype == torch.int16 else samples
+    return np.multiply(samples, np.float32(1 / PCM_SCALE), dtype=np.float32) if samples.dtype == np.int16 else samples
+
+
 @dataclass(frozen=True)
 class Audio:
-    """Decoded request audio at ``SAMPLE_RATE``, float32: mono samples, or one row per channel when decoded with
-    ``channels=True``."""
+    """Decoded request audio at ``SAMPLE_RATE``, float32 or 16-bit PCM (``decode(..., pcm16=True)``): mono samples,
+    or one row per channel when decoded with ``channels=True``."""
 
     waveform: np.ndarray
     source_sample_rate: int
@@ -180,9 +193,11 @@ def decode(
     timeout_s: float | None = None,
     field: str = "inputs",
     channels: bool = False,
+    pcm16: bool = False,
 ) -> Audio:
     """Decode a file in one of the ``ACCEPTED_FORMATS`` and resample it to 16 kHz, mixed down to mono or, with
-    ``channels``, keeping its channels apart (at most ``MAX_CHANNELS``).
+    ``channels``, keeping its channels apart (at most ``MAX_CHANNELS``); with ``pcm16``, the samples are kept as
+    16-bit PCM (half the memory of float32: what a long recording is held in while it is processed).
 
     The duration and time limits are enforced while decoding, so a small file that expands to hours, or one that
     is slow to decode, is refused early. Error messages name ``field``.
@@ -200,7 +215,7 @@ def decode(
                     f"{field}: the recording has {source_channels} channels; multichannel takes at most {MAX_CHANNELS}"
                 )
             width = source_channels if channels else 1
-            waveform = _Samples(width, _expected_samples(container, max_samples))
+            waveform = _Samples(width, _expected_samples(container, max_samples), np.int16 if pcm16 else np.float32)
             for frame in _resampled(container, stream, channels):
                 samples = frame.to_ndarray()
                 if waveform.length + samples.shape[1] > max_samples:
@@ -217,8 +232,8 @@ def decode(
         raise AudioTooShortError(
             f"{field}: the audio lasts {samples.shape[1] / SAMPLE_RATE:.3f} s, less than the {MIN_DURATION_S} s minimum"
         )
-    for channel in samples:  # a DC offset carries no speech and skews energies; removed in place, in float64
-        np.subtract(channel, channel.mean(dtype=np.float64), out=channel, casting="unsafe")
+    for channel in samples:
+        _remove_offset(channel)
     return Audio(samples if channels else samples[0], int(source_rate or 0), int(source_channels or 0))
 
 
@@ -229,20 +244,33 @@ def _expected_samples(container, max_samples: int) -> int:
     return min(max_samples, int(container.duration / av.time_base * SAMPLE_RATE) + SAMPLE_RATE)
 
 
+def _remove_offset(channel: np.ndarray) -> None:
+    """Remove a channel's DC offset in place (it carries no speech and skews energies); 16-bit samples that would
+    overflow are clipped."""
+    offset = channel.mean(dtype=np.float64)
+    if channel.dtype == np.int16:
+        offset = round(offset)
+        np.clip(channel, -PCM_SCALE + max(offset, 0), PCM_SCALE - 1 + min(offset, 0), out=channel)
+    np.subtract(channel, offset, out=channel, casting="unsafe")
+
+
 class _Samples:
     """Decoded samples, one row per channel, written into one array of the expected length as they come (a long
-    recording is not held twice, as pieces and joined), growing by half when a container said less than it holds."""
+    recording is not held twice, as pieces and joined), growing by half when a container said less than it holds.
+    Float samples are kept as they are, or as 16-bit PCM (rounded, clipped)."""
 
-    def __init__(self, channels: int, expected: int):
-        self._buffer = np.empty((channels, expected), dtype=np.float32)
+    def __init__(self, channels: int, expected: int, dtype: type[np.floating | np.integer]):
+        self._buffer = np.empty((channels, expected), dtype=dtype)
         self.length = 0
 
     def append(self, samples: np.ndarray) -> None:
         count, size = samples.shape[1], self._buffer.shape[1]
         if self.length + count > size:
-            grown = np.empty((len(self._buffer), max(self.length + count, size * 3 // 2)), dtype=np.float32)
+            grown = np.empty((len(self._buffer), max(self.length + count, size * 3 // 2)), dtype=self._buffer.dtype)
             grown[:, : self.length] = self._buffer[:, : self.length]
             self._buffer = grown
+        if self._buffer.dtype == np.int16:
+            samples = np.clip(np.rint(samples * PCM_SCALE), -PCM_SCALE, PCM_SCALE - 1)  # a 16-bit source exactly
         self._buffer[:, self.length : self.length + count] = samples
         self.length += count
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy.ndimage import maximum_filter1d
 
-from speech.audio import SAMPLE_RATE
+from speech.audio import SAMPLE_RATE, float_samples
 from speech.speakers.confidence import SpeakerEvidence
 from speech.types import Diarization, Overlap, Segment, Transcript, Turn
 
@@ -36,7 +36,7 @@ def suppress_crosstalk(channels: np.ndarray) -> float:
     levels = np.empty((len(channels), frames), dtype=np.float32)
     for first in range(0, frames, _BLOCK_FRAMES):
         last = min(frames, first + _BLOCK_FRAMES)
-        block = channels[:, first * frame : last * frame].reshape(len(channels), last - first, frame)
+        block = float_samples(channels[:, first * frame : last * frame]).reshape(len(channels), last - first, frame)
         power = np.einsum("cfs,cfs->cf", block, block, dtype=np.float64) / frame
         levels[:, first:last] = 10 * np.log10(power + 1e-10)
     kernel = np.ones(SMOOTHING_FRAMES, dtype=np.float32) / SMOOTHING_FRAMES

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import SAMPLE_RATE, encode
 
-from speech.audio import decode, request_bytes
+from speech.audio import PCM_SCALE, decode, float_samples, request_bytes
 from speech.errors import AudioTooLongError, InvalidAudioError
 
 LIMIT = 10 * 1024 * 1024
@@ -47,13 +47,16 @@ def test_stereo_48k_is_downmixed_and_resampled():
     assert 0.1 < np.abs(audio.waveform).max() < 0.9
 
 
-def test_dc_offset_is_removed_and_clipped_peaks_keep_their_level():
+@pytest.mark.parametrize("pcm16", [False, True])
+def test_dc_offset_is_removed_and_clipped_peaks_keep_their_level(pcm16):
     """A tone 0.7 above zero, clipped at full scale: its tops are flat at 1.0 for 30 % of the time, its troughs
     round at 0.2. Decoding takes the offset away from every sample alike: the flat tops stay flat at 1.0 less the
-    mean (not wrapped round to -1, not pushed out of range), the troughs at 0.2 less the mean."""
+    mean (not wrapped round to -1, not pushed out of range), the troughs at 0.2 less the mean; at float32 or
+    16-bit PCM."""
     clipped = np.clip(tone(1.0, SAMPLE_RATE) + 0.7, -1, 1)
-    audio = decode(encode(clipped, SAMPLE_RATE, "wav", "pcm_s16le"), 60)
-    waveform, mean = audio.waveform, clipped.mean()
+    audio = decode(encode(clipped, SAMPLE_RATE, "wav", "pcm_s16le"), 60, pcm16=pcm16)
+    assert audio.waveform.dtype == (np.int16 if pcm16 else np.float32)
+    waveform, mean = float_samples(audio.waveform), clipped.mean()
     assert abs(float(waveform.mean())) < 1e-4
     np.testing.assert_allclose(waveform, clipped - mean, atol=1e-3)
     tops = waveform[clipped == 1.0]
@@ -61,6 +64,18 @@ def test_dc_offset_is_removed_and_clipped_peaks_keep_their_level():
     np.testing.assert_allclose(tops, 1.0 - mean, atol=1e-3)
     assert waveform.min() == pytest.approx(0.2 - mean, abs=1e-3)
     assert np.abs(waveform).max() <= 1.0
+
+
+def test_pcm16_is_the_float_decoding_to_the_last_bit_and_clips_overshoot():
+    """A long recording is held as 16-bit PCM: a 16-bit file's samples as they are (the float decoding, scaled),
+    a float file's overshoot past full scale clipped, never wrapped round to the other sign."""
+    data = encode(tone(1.0, SAMPLE_RATE), SAMPLE_RATE, "wav", "pcm_s16le")
+    as_float, as_pcm = decode(data, 60).waveform, decode(data, 60, pcm16=True).waveform
+    assert np.abs(float_samples(as_pcm) - as_float).max() <= 1 / PCM_SCALE  # the offset, rounded to a step
+    loud = 3.0 * tone(1.0, SAMPLE_RATE, 200.0)  # peaks at 1.5
+    pcm = decode(encode(loud, SAMPLE_RATE, "wav", "pcm_f32le"), 60, pcm16=True).waveform
+    assert pcm.max() >= PCM_SCALE - 2 and pcm.min() <= -PCM_SCALE + 1
+    assert (np.sign(pcm[np.abs(loud) > 0.1]) == np.sign(loud[np.abs(loud) > 0.1])).all()
 
 
 def test_8k_telephone_audio_is_upsampled():

@@ -12,7 +12,7 @@ from transformers import AutoConfig, WhisperForCausalLM, WhisperForConditionalGe
 from speech.asr.alignment import CrossAttentionAligner, DecoderPass
 from speech.asr.decoding import WeightMajorProjection, WhisperForDraftedGeneration
 from speech.asr.passes import first_pass_tokens
-from speech.audio import SAMPLE_RATE
+from speech.audio import SAMPLE_RATE, float_samples
 from speech.errors import ModelLoadError
 from speech.hub import WHISPER_FILES, loading
 
@@ -94,9 +94,13 @@ class Whisper:
         return self.model.config.max_target_positions // 2 - 1
 
     def features(self, windows: list[np.ndarray], attention_mask: bool = False):
-        """The log-mel features of 16 kHz ``windows`` (and their attention mask), as the processor pads them."""
+        """The log-mel features of 16 kHz ``windows`` (float or 16-bit PCM samples, and their attention mask), as the
+        processor pads them."""
         return self.processor.feature_extractor(
-            windows, sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=attention_mask
+            [float_samples(window) for window in windows],
+            sampling_rate=SAMPLE_RATE,
+            return_tensors="pt",
+            return_attention_mask=attention_mask,
         )
 
     def prompt(self, language: str, task: str) -> list[int]:

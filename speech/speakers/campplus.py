@@ -30,6 +30,8 @@ from pyannote.audio.core.task import Problem, Resolution, Specifications
 from pyannote.audio.models.blocks.pooling import StatsPool
 from speakerlab.models.campplus.DTDNN import CAMPPlus
 
+from speech.audio import float_samples
+
 # pyannote probes the shortest input an embedding model accepts with inputs of a frame or two, whose unweighted
 # standard deviation is undefined; the probe expects that and so do we.
 warnings.filterwarnings("ignore", message=r"std\(\): degrees of freedom", category=UserWarning)
@@ -110,8 +112,9 @@ class CAMPPlusEmbedding(Model):
         return self.hparams.embedding_size
 
     def compute_fbank(self, waveforms: torch.Tensor) -> torch.Tensor:
-        """(batch, 1, samples) waveforms -> (batch, frames, mel bins) mean-normalised log-mel features."""
-        features = torch.vmap(self._fbank)(waveforms.float())
+        """(batch, 1, samples) float or 16-bit PCM waveforms -> (batch, frames, mel bins) mean-normalised log-mel
+        features."""
+        features = torch.vmap(self._fbank)(float_samples(waveforms).float())
         return features - features.mean(dim=1, keepdim=True)
 
     def forward(self, waveforms: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:

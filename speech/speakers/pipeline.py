@@ -17,7 +17,7 @@ from pyannote.audio.core.plda import PLDA
 from pyannote.audio.pipelines import SpeakerDiarization as PyannoteSpeakerDiarization
 from pyannote.core import SlidingWindowFeature
 
-from speech.audio import SAMPLE_RATE
+from speech.audio import SAMPLE_RATE, float_samples
 from speech.errors import ModelLoadError
 from speech.hub import loading, pipeline_files
 from speech.speakers.clustering import SpeakerClustering
@@ -91,7 +91,7 @@ class SpeakerDiarization(PyannoteSpeakerDiarization):
 
     @property
     def embedding_model(self) -> torch.nn.Module | None:
-        return getattr(self._embedding, "model_", None)
+        return _embedding_model(self)
 
     def voice_windows(self, file, features: RecordingFeatures | None = None) -> VoiceWindows:
         """The recording's windows for the steps: pooled from the single pass's ``features``, or from its audio."""
@@ -207,7 +207,19 @@ def load_pipeline(
         )
     if can:
         pipeline.single_pass = single_pass is not False
+    for model in (getattr(getattr(pipeline, "_segmentation", None), "model", None), _embedding_model(pipeline)):
+        if isinstance(model, torch.nn.Module):
+            model.register_forward_pre_hook(_float_input, with_kwargs=True)
     return pipeline.to(device)
+
+
+def _embedding_model(pipeline: Pipeline) -> torch.nn.Module | None:
+    return getattr(getattr(pipeline, "_embedding", None), "model_", None)
+
+
+def _float_input(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The pipeline's models take 16-bit PCM waveforms too (``diarize``'s), scaled batch by batch."""
+    return (float_samples(args[0]), *args[1:]), kwargs
 
 
 def diarize(
@@ -218,7 +230,8 @@ def diarize(
     max_speakers: int | None = None,
     progress: Progress | None = None,
 ) -> Diarization:
-    """Run ``pipeline`` on a 16 kHz mono waveform; ``progress(step, completed, total)`` follows its batches."""
+    """Run ``pipeline`` on a 16 kHz mono waveform (float32, or 16-bit PCM with a pipeline of ``load_pipeline``'s);
+    ``progress(step, completed, total)`` follows its batches."""
 
     artifacts: dict[str, object] = {}
 
