@@ -95,8 +95,12 @@ class EndpointHandler:
         request = validate(data, self.whisper, self.embedder, self.settings)
         config, settings = request.config, self.settings
         checkpoint("decoding", 0, 1)
-        audio = decode(
-            request.audio, settings.max_audio_duration_s, settings.decode_timeout_s, "inputs", config.multichannel, True
+        audio = decode(  # held at 16 bits: half the memory of a long recording
+            request.audio,
+            settings.max_audio_duration_s,
+            settings.decode_timeout_s,
+            channels=config.multichannel,
+            pcm16=True,
         )
         channels, notes = audio.channels, []
         if len(channels) > 1:

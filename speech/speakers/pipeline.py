@@ -217,9 +217,9 @@ def _embedding_model(pipeline: Pipeline) -> torch.nn.Module | None:
     return getattr(getattr(pipeline, "_embedding", None), "model_", None)
 
 
-def _float_input(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def _float_input(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
     """The pipeline's models take 16-bit PCM waveforms too (``diarize``'s), scaled batch by batch."""
-    return (float_samples(args[0]), *args[1:]), kwargs
+    return ((float_samples(args[0]), *args[1:]), kwargs) if args else None
 
 
 def diarize(
