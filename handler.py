@@ -20,10 +20,11 @@ import transformers
 
 from config import InferenceConfig, ModelSettings
 from service.streaming import Emit, LiveTranscript
+from speech import heap
 from speech.asr.model import Whisper
 from speech.asr.transcriber import WhisperTranscriber
 from speech.attribution import attribute_transcript
-from speech.audio import decode, pyannote_sample_path
+from speech.audio import Audio, decode, pyannote_sample_path
 from speech.channels import label_channel, merge_diarizations, merge_transcripts, suppress_crosstalk
 from speech.errors import EndpointError, InferenceError, InferenceTimeoutError, ModelLoadError
 from speech.formats import toolkit_json
@@ -95,13 +96,14 @@ class EndpointHandler:
         request = validate(data, self.whisper, self.embedder, self.settings)
         config, settings = request.config, self.settings
         checkpoint("decoding", 0, 1)
-        audio = decode(  # held at 16 bits: half the memory of a long recording
+        audio = decode(  # 16 bits in a mapped file: read as it is worked through, let go of at every step
             request.audio,
             settings.max_audio_duration_s,
             settings.decode_timeout_s,
             channels=config.multichannel,
             pcm16=True,
         )
+        checkpoint = _releasing(audio, checkpoint)
         channels, notes = audio.channels, []
         if len(channels) > 1:
             suppress_crosstalk(audio.waveform)
@@ -227,6 +229,18 @@ class EndpointHandler:
                 progress(stage, completed, total)
 
         return checkpoint
+
+
+def _releasing(audio: Audio, checkpoint: Progress) -> Progress:
+    """``checkpoint``, first letting go of the recording's pages read so far (``Audio.release``) and of the heaps'
+    free pages (``speech.heap.trim``): at every batch, so the process holds what is in use, not all it has touched."""
+
+    def step(stage: str, completed: int, total: int) -> None:
+        audio.release()
+        heap.trim()
+        checkpoint(stage, completed, total)
+
+    return step
 
 
 def _speaker_count_warnings(config: InferenceConfig, found: int) -> list[str]:

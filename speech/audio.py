@@ -1,12 +1,15 @@
-"""Request audio: base64, bytes or an open file in, a 16 kHz waveform out (float32 or 16-bit PCM; mono, or one row
-per channel; decoded once, with limits)."""
+"""Request audio: base64, bytes or an open file in, a 16 kHz waveform out (float32, or 16-bit PCM in a memory-mapped
+temporary file; mono, or one row per channel; decoded once, with limits)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import io
+import mmap
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,11 +88,13 @@ def float_samples(samples: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tens
 @dataclass(frozen=True)
 class Audio:
     """Decoded request audio at ``SAMPLE_RATE``, float32 or 16-bit PCM (``decode(..., pcm16=True)``): mono samples,
-    or one row per channel when decoded with ``channels=True``."""
+    or one row per channel when decoded with ``channels=True``. 16-bit samples live in a memory-mapped temporary
+    file, ``pages``."""
 
     waveform: np.ndarray
     source_sample_rate: int
     source_channels: int
+    pages: mmap.mmap | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def duration(self) -> float:
@@ -99,6 +104,13 @@ class Audio:
     def channels(self) -> list[np.ndarray]:
         """Each channel's samples (the mono waveform alone when the channels were mixed down)."""
         return list(self.waveform) if self.waveform.ndim == 2 else [self.waveform]
+
+    def release(self) -> None:
+        """Let go of the pages of the samples this process has read (16-bit ones): they stay in the kernel's page
+        cache, which may drop them (the file keeps them), and come back when next read. Called as a long recording
+        is worked through, so it is never held whole in the process."""
+        if self.pages is not None:
+            self.pages.madvise(mmap.MADV_DONTNEED)
 
 
 def request_audio(inputs: object, max_bytes: int, max_file_bytes: int, field: str = "inputs") -> AudioSource:
@@ -197,7 +209,8 @@ def decode(
 ) -> Audio:
     """Decode a file in one of the ``ACCEPTED_FORMATS`` and resample it to 16 kHz, mixed down to mono or, with
     ``channels``, keeping its channels apart (at most ``MAX_CHANNELS``); with ``pcm16``, the samples are kept as
-    16-bit PCM (half the memory of float32: what a long recording is held in while it is processed).
+    16-bit PCM in a memory-mapped temporary file (in ``TMPDIR``): what a long recording is held in while it is
+    processed, in the process only as far as it is read (``Audio.release``).
 
     The duration and time limits are enforced while decoding, so a small file that expands to hours, or one that
     is slow to decode, is refused early. Error messages name ``field``.
@@ -215,7 +228,7 @@ def decode(
                     f"{field}: the recording has {source_channels} channels; multichannel takes at most {MAX_CHANNELS}"
                 )
             width = source_channels if channels else 1
-            waveform = _Samples(width, _expected_samples(container, max_samples), np.int16 if pcm16 else np.float32)
+            waveform = _Samples(width, _expected_samples(container, max_samples), pcm16)
             for frame in _resampled(container, stream, channels):
                 samples = frame.to_ndarray()
                 if waveform.length + samples.shape[1] > max_samples:
@@ -234,7 +247,8 @@ def decode(
         )
     for channel in samples:
         _remove_offset(channel)
-    return Audio(samples if channels else samples[0], int(source_rate or 0), int(source_channels or 0))
+    mono = samples if channels else samples[0]
+    return Audio(mono, int(source_rate or 0), int(source_channels or 0), waveform.pages)
 
 
 def _expected_samples(container, max_samples: int) -> int:
@@ -256,26 +270,37 @@ def _remove_offset(channel: np.ndarray) -> None:
 
 class _Samples:
     """Decoded samples, one row per channel, written into one array of the expected length as they come (a long
-    recording is not held twice, as pieces and joined), growing by half when a container said less than it holds.
-    Float samples are kept as they are, or as 16-bit PCM (rounded, clipped)."""
+    recording is not held twice, as pieces and joined), growing by half when a container said less than it holds
+    (a minute when it said nothing). Float samples are kept in memory as they are; 16-bit PCM ones (rounded,
+    clipped) in a memory-mapped temporary file, ``pages``."""
 
-    def __init__(self, channels: int, expected: int, dtype: type[np.floating | np.integer]):
-        self._buffer = np.empty((channels, expected), dtype=dtype)
+    def __init__(self, channels: int, expected: int, pcm16: bool):
+        self.pages: mmap.mmap | None = None
+        self._pcm16 = pcm16
+        self._buffer = self._allocate(channels, expected or 60 * SAMPLE_RATE)
         self.length = 0
+
+    def _allocate(self, channels: int, size: int) -> np.ndarray:
+        if not self._pcm16:
+            return np.empty((channels, size), dtype=np.float32)
+        with tempfile.TemporaryFile() as file:  # the mapping keeps the unlinked file until it is unmapped
+            file.truncate(channels * size * 2)
+            self.pages = mmap.mmap(file.fileno(), channels * size * 2)
+        return np.frombuffer(self.pages, dtype=np.int16).reshape(channels, size)
 
     def append(self, samples: np.ndarray) -> None:
         count, size = samples.shape[1], self._buffer.shape[1]
         if self.length + count > size:
-            grown = np.empty((len(self._buffer), max(self.length + count, size * 3 // 2)), dtype=self._buffer.dtype)
+            grown = self._allocate(len(self._buffer), max(self.length + count, size * 3 // 2))
             grown[:, : self.length] = self._buffer[:, : self.length]
             self._buffer = grown
-        if self._buffer.dtype == np.int16:
+        if self._pcm16:
             samples = np.clip(np.rint(samples * PCM_SCALE), -PCM_SCALE, PCM_SCALE - 1)  # a 16-bit source exactly
         self._buffer[:, self.length : self.length + count] = samples
         self.length += count
 
     def array(self) -> np.ndarray:
-        """The samples, in a copy only when the buffer is more than a second too long."""
-        if self._buffer.shape[1] - self.length > SAMPLE_RATE:
+        """The samples; in memory, in a copy only when the buffer is more than a second too long."""
+        if not self._pcm16 and self._buffer.shape[1] - self.length > SAMPLE_RATE:
             return self._buffer[:, : self.length].copy()
         return self._buffer[:, : self.length]

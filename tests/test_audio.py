@@ -5,12 +5,14 @@ test_bad_input, through the server and the handler."""
 from __future__ import annotations
 
 import base64
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import SAMPLE_RATE, encode
 
-from speech.audio import PCM_SCALE, decode, float_samples, request_bytes
+from speech.audio import PCM_SCALE, _Samples, decode, float_samples, request_bytes
 from speech.errors import AudioTooLongError, InvalidAudioError
 
 LIMIT = 10 * 1024 * 1024
@@ -76,6 +78,39 @@ def test_pcm16_is_the_float_decoding_to_the_last_bit_and_clips_overshoot():
     pcm = decode(encode(loud, SAMPLE_RATE, "wav", "pcm_f32le"), 60, pcm16=True).waveform
     assert pcm.max() >= PCM_SCALE - 2 and pcm.min() <= -PCM_SCALE + 1
     assert (np.sign(pcm[np.abs(loud) > 0.1]) == np.sign(loud[np.abs(loud) > 0.1])).all()
+
+
+def rss_mb() -> float:
+    return int(re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+
+def test_pcm16_samples_live_in_a_mapped_file_that_the_process_lets_go_of():
+    """A long recording's 16-bit samples are a mapped temporary file: once read they are in the process, and
+    ``release`` lets go of them (the kernel's page cache keeps them) without changing a sample."""
+    ten_minutes = tone(600.0, SAMPLE_RATE, 300.0)
+    data = encode(np.stack([ten_minutes, ten_minutes[::-1]]), SAMPLE_RATE, "wav", "pcm_s16le")
+    audio = decode(data, 900, channels=True, pcm16=True)
+    size_mb = audio.waveform.nbytes / 2**20
+    assert audio.pages is not None and audio.waveform.shape == (2, 600 * SAMPLE_RATE)
+    audio.release()
+    before = rss_mb()
+    read = audio.waveform.copy()  # every page read back, and a copy of them as large
+    held = rss_mb()
+    audio.release()
+    assert held - before > 1.8 * size_mb
+    assert held - rss_mb() > 0.8 * size_mb
+    np.testing.assert_array_equal(audio.waveform, read)
+
+
+@pytest.mark.parametrize("pcm16", [False, True])
+def test_samples_keep_their_channels_when_the_container_said_too_few(pcm16):
+    """A container may say less than it holds: the samples grow, each channel keeping what it had."""
+    samples = _Samples(2, SAMPLE_RATE, pcm16)
+    pieces = [np.stack([np.full(1000, k / 100), np.full(1000, -k / 100)]) for k in range(40)]
+    for piece in pieces:
+        samples.append(piece)
+    scaled = samples.array() / (PCM_SCALE if pcm16 else 1)
+    np.testing.assert_allclose(scaled, np.concatenate(pieces, axis=1), atol=1 / PCM_SCALE)
 
 
 def test_8k_telephone_audio_is_upsampled():
