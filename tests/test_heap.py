@@ -17,8 +17,8 @@ def rss_mb() -> float:
 
 @pytest.mark.skipif(heap._malloc_trim() is None, reason="not glibc")
 def test_trim_gives_back_freed_memory_below_memory_in_use():
-    freed = [bytearray(4096) for _ in range(50_000)]  # 200 MB from the heap, not mapped apart
-    kept = [bytearray(4096) for _ in range(100)]  # above it
+    freed = [bytes(range(256)) * 16 for _ in range(50_000)]  # 200 MB written into the heap, not mapped apart
+    kept = [bytes(range(256)) * 16 for _ in range(100)]  # above it
     del freed
     held = rss_mb()
     heap.trim()
