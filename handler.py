@@ -96,7 +96,7 @@ class EndpointHandler:
         request = validate(data, self.whisper, self.embedder, self.settings)
         config, settings = request.config, self.settings
         checkpoint("decoding", 0, 1)
-        audio = decode(  # 16 bits in a mapped file: read as it is worked through, let go of at every step
+        audio = decode(  # 16 bits in a mapped file: read as it is worked through, let go of at every batch
             request.audio,
             settings.max_audio_duration_s,
             settings.decode_timeout_s,

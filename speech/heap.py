@@ -1,4 +1,4 @@
-"""The C heap: what the allocator keeps of freed memory, handed back to the system between the steps of a request."""
+"""The C heap: what the allocator keeps of freed memory, handed back to the system between the batches of a request."""
 
 from __future__ import annotations
 
