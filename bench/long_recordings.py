@@ -34,8 +34,9 @@ from speech.audio import SAMPLE_RATE, decode
 STAGES = ("load", "decoding", "segmentation", "embeddings", "transcription", "merge")
 
 
-def rss_mb() -> float:
-    status = Path("/proc/self/status").read_text()
+def rss_mb(pid: int | str = "self") -> float:
+    """The resident memory of process ``pid`` (this one by default), in MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
 
 

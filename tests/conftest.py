@@ -6,6 +6,7 @@ import base64
 import contextlib
 import io
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -177,6 +178,11 @@ class LiveServer:
     @staticmethod
     def auth(key: str = API_KEY) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
+
+
+def rss_mb() -> float:
+    """This process's resident memory, in MB."""
+    return int(re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
 
 
 def free_port() -> int:

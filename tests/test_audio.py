@@ -5,12 +5,10 @@ test_bad_input, through the server and the handler."""
 from __future__ import annotations
 
 import base64
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_RATE, encode
+from conftest import SAMPLE_RATE, encode, rss_mb
 
 from speech.audio import PCM_SCALE, _Samples, decode, float_samples, request_bytes
 from speech.errors import AudioTooLongError, InvalidAudioError
@@ -78,10 +76,6 @@ def test_pcm16_is_the_float_decoding_to_the_last_bit_and_clips_overshoot():
     pcm = decode(encode(loud, SAMPLE_RATE, "wav", "pcm_f32le"), 60, pcm16=True).waveform
     assert pcm.max() >= PCM_SCALE - 2 and pcm.min() <= -PCM_SCALE + 1
     assert (np.sign(pcm[np.abs(loud) > 0.1]) == np.sign(loud[np.abs(loud) > 0.1])).all()
-
-
-def rss_mb() -> float:
-    return int(re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
 
 
 def test_pcm16_samples_live_in_a_mapped_file_that_the_process_lets_go_of():

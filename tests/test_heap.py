@@ -3,16 +3,10 @@ by memory still in use above it."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
+from conftest import rss_mb
 
 from speech import heap
-
-
-def rss_mb() -> float:
-    return int(re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
 
 
 @pytest.mark.skipif(heap._malloc_trim() is None, reason="not glibc")
