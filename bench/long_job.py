@@ -1,5 +1,6 @@
 """A long recording through the local server's jobs, with default settings: the WAV file posted to ``POST /jobs``
-as it is read from disk, the job followed to the end, and the peak RSS of the server process.
+as it is read from disk, the job followed to the end, and the peak RSS of the server process by stage (the stage
+the job's progress showed at its last poll, every 2 s; ``upload`` until the job is queued).
 
     python bench/long_job.py                 # 2 hours
     python bench/long_job.py --minutes 10
@@ -62,11 +63,11 @@ def main() -> None:
         env = {**os.environ, "JOBS_DIR": str(Path(folder) / "jobs")}
         command = [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
         server = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
-        peak, done = [0.0], threading.Event()
+        peaks, stage, done = {}, ["upload"], threading.Event()
 
         def sample() -> None:
             while not done.is_set() and server.poll() is None:
-                peak[0] = max(peak[0], rss_mb(server.pid))
+                peaks[stage[0]] = max(peaks.get(stage[0], 0.0), rss_mb(server.pid))
                 time.sleep(0.05)
 
         try:
@@ -82,13 +83,12 @@ def main() -> None:
             print(
                 f"{wav.stat().st_size / 1e6:.0f} MB WAV posted in {time.perf_counter() - began:.1f} s: {job['status']}"
             )
-            stage = None
             while job["status"] in ("queued", "running"):
-                time.sleep(5)
+                time.sleep(2)
                 job = httpx.get(f"{url}/jobs/{job['id']}", timeout=30).json()
-                if job["progress"]["stage"] != stage:
-                    stage = job["progress"]["stage"]
-                    print(f"  {time.perf_counter() - began:7.0f} s  {stage}", flush=True)
+                if (job["progress"]["stage"] or job["status"]) != stage[0]:
+                    stage[0] = job["progress"]["stage"] or job["status"]
+                    print(f"  {time.perf_counter() - began:7.0f} s  {stage[0]}", flush=True)
             wall = time.perf_counter() - began
             done.set()
             sampler.join()
@@ -101,7 +101,8 @@ def main() -> None:
             words = sum(len(chunk["text"].split()) for chunk in result["chunks"])
             speakers = {turn["speaker"] for turn in result["speakers"]}
             print(f"  {words} words, {len(speakers)} speakers, audio {job['audio_s']:.0f} s")
-            print(f"  server RSS: {idle:.0f} MB idle with the models loaded, peak {peak[0]:.0f} MB")
+            print(f"  server RSS: {idle:.0f} MB idle with the models loaded, peak {max(peaks.values()):.0f} MB")
+            print("  peak by stage (MB): " + ", ".join(f"{name} {mb:.0f}" for name, mb in peaks.items()))
         finally:
             done.set()
             server.terminate()

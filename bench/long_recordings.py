@@ -4,9 +4,11 @@
     python bench/long_recordings.py --minutes 10 30
 
 The recording is a WAV file of bench/benchmark.py's synthesized 10-minute conversation (3 speakers, noise,
-overlaps), repeated to the length asked for, handed to the handler open (as jobs and the CLI do). The handler's
-progress callback names the stage; a thread samples the process's RSS every 20 ms, and each stage's figure is the
-highest RSS seen while it ran (``load`` is the models after loading).
+overlaps), repeated to the length asked for, handed to the handler open (as jobs and the CLI do) in a worker thread
+(as the local server and the Inference Endpoints toolkit call it: the C heap of a thread is not the main thread's);
+the speakers the response names are printed (3 at any length). The handler's progress callback names the stage; a
+thread samples the process's RSS every 20 ms, and each stage's figure is the highest RSS seen while it ran (``load``
+is the models after loading).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -72,13 +75,15 @@ def measure(minutes: float) -> dict:
     started = time.perf_counter()
     try:
         file.seek(0)
-        handler({"inputs": file}, progress=progress)
+        with ThreadPoolExecutor(1) as worker:  # in a worker thread, as the server and the toolkit call it
+            response = worker.submit(handler, {"inputs": file}, progress=progress).result()
     finally:
         done.set()
         file.close()
     wall = time.perf_counter() - started
     sampler.join()
-    return {"minutes": minutes, "wall_s": wall, "rtf": wall / (minutes * 60), "peaks": peaks}
+    speakers = len({turn["speaker"] for turn in response["speakers"]})
+    return {"minutes": minutes, "wall_s": wall, "rtf": wall / (minutes * 60), "peaks": peaks, "speakers": speakers}
 
 
 def main() -> None:
@@ -89,7 +94,7 @@ def main() -> None:
     if args.measure:
         print(json.dumps(measure(args.measure)))
         return
-    print(f"{'minutes':>7s} {'RTF':>6s} " + " ".join(f"{s:>13s}" for s in STAGES) + "  (peak RSS MB)")
+    print(f"{'minutes':>7s} {'RTF':>6s} {'speakers':>8s} " + " ".join(f"{s:>13s}" for s in STAGES) + "  (peak RSS MB)")
     results = []
     for minutes in args.minutes:
         command = [sys.executable, __file__, "--measure", str(minutes)]
@@ -97,7 +102,7 @@ def main() -> None:
         result = json.loads(output.strip().splitlines()[-1])
         results.append(result)
         peaks = " ".join(f"{result['peaks'].get(s, float('nan')):13.0f}" for s in STAGES)
-        print(f"{minutes:7g} {result['rtf']:6.3f} {peaks}", flush=True)
+        print(f"{minutes:7g} {result['rtf']:6.3f} {result['speakers']:8d} {peaks}", flush=True)
     if len(results) > 1:
         first, last = results[0], results[-1]
         growth = max(last["peaks"].values()) - max(first["peaks"].values())

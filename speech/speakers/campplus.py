@@ -2,7 +2,7 @@
 
 pyannote's diarization pipeline asks its embedding model for one embedding per (window, local speaker),
 passing per-frame speaker ``weights``. This model honours them: Kaldi fbank features go through the CAM++
-network up to its statistics pooling, which is replaced by pyannote's weighted statistics pooling.
+network up to its statistics pooling, which is replaced by weighted statistics pooling (``weighted_stats``).
 
 Windows overlap (pyannote's step is a tenth of its 10 s window), so running the network on every window computes
 each second of audio ten times. ``embed_recording`` runs it once over the recording instead, in 12 s tiles that
@@ -24,10 +24,10 @@ from pathlib import Path
 import lightning
 import numpy as np
 import torch
+import torch.nn.functional as F
 import torchaudio.compliance.kaldi as kaldi
 from pyannote.audio import Model
 from pyannote.audio.core.task import Problem, Resolution, Specifications
-from pyannote.audio.models.blocks.pooling import StatsPool
 from speakerlab.models.campplus.DTDNN import CAMPPlus
 
 from speech.audio import float_samples
@@ -86,7 +86,6 @@ class CAMPPlusEmbedding(Model):
         super().__init__(sample_rate=sample_rate, num_channels=num_channels, task=task)
         self.save_hyperparameters("num_mel_bins", "embedding_size")
         self.campplus = CAMPPlus(feat_dim=num_mel_bins, embedding_size=embedding_size)
-        self.pooling = StatsPool()
         self._fbank = partial(kaldi.fbank, num_mel_bins=num_mel_bins, sample_frequency=sample_rate, dither=0.0)
 
     @classmethod
@@ -126,7 +125,7 @@ class CAMPPlusEmbedding(Model):
         distinct = torch.ones(len(waveforms), dtype=torch.bool, device=waveforms.device)
         distinct[1:] = (waveforms[1:] != waveforms[:-1]).flatten(1).any(dim=1)
         frames = self.trunk(waveforms[distinct])[torch.cumsum(distinct, dim=0) - 1]
-        return self.campplus.xvector.dense(self.pooling(frames, weights=weights))
+        return self.campplus.xvector.dense(weighted_stats(frames, weights))
 
     @torch.inference_mode()
     def embed_recording(
@@ -173,7 +172,7 @@ class CAMPPlusEmbedding(Model):
     def pool(self, frames: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """(batch, channels, frames) trunk features and (batch, speakers, frames) weights -> (batch, speakers,
         dimension) embeddings."""
-        stats = self.pooling(frames.float(), weights=weights)
+        stats = weighted_stats(frames, weights)
         return self.campplus.xvector.dense(stats.flatten(0, 1)).unflatten(0, stats.shape[:2])
 
     @torch.inference_mode()
@@ -222,6 +221,29 @@ class CAMPPlusEmbedding(Model):
                 return x
             x = layer(x)
         raise RuntimeError("CAM++ has no statistics pooling layer")
+
+
+def weighted_stats(frames: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """(batch, channels, frames) features and (batch, frames) or (batch, speakers, frames) weights (interpolated to
+    the features' frames) -> (batch, [speakers,] 2 * channels): the weighted mean and unbiased standard deviation,
+    as pyannote's ``StatsPool`` (the plain ones without weights). Computed from two weighted sums over the frames in
+    float64: pyannote's makes three frame-sized temporaries per speaker, which a loop over long recordings leaves
+    scattered in the C heap (gigabytes, in a worker thread's arena)."""
+    if weights is None:
+        return torch.cat([frames.mean(dim=-1), frames.std(dim=-1, correction=1)], dim=-1)
+    speakers = weights.dim() == 3
+    weights = (weights if speakers else weights[:, None]).to(frames.device, torch.float32)
+    if weights.shape[-1] != frames.shape[-1]:
+        weights = F.interpolate(weights, size=frames.shape[-1], mode="nearest")
+    x, w = frames.double(), weights.double()
+    total = w.sum(dim=2, keepdim=True)
+    v1, v2 = total + 1e-8, w.square().sum(dim=2, keepdim=True)
+    sums = torch.einsum("bct,bst->bsc", x, w)
+    mean = sums / v1
+    spread = torch.einsum("bct,bst->bsc", x.square(), w) - 2 * mean * sums + mean.square() * total  # sum w (x - mean)^2
+    std = (spread / (v1 - v2 / v1 + 1e-8)).clamp(min=0).sqrt()
+    stats = torch.cat([mean, std], dim=-1).float()
+    return stats if speakers else stats[:, 0]
 
 
 def _reflected(samples: torch.Tensor, start: int, stop: int) -> torch.Tensor:

@@ -9,6 +9,11 @@ from pyannote.pipeline.parameter import Integer, Uniform
 from scipy.cluster.hierarchy import fcluster, linkage
 from sklearn.cluster import KMeans
 
+MIN_SHARE = 0.01
+"""The share of the embeddings below which a cluster is small whatever its size: over 1,200 embeddings (about 10
+minutes of conversation) it is more than pyannote's ``min_cluster_size`` of 12, so shorter recordings are
+clustered as before."""
+
 
 class SpeakerClustering(BaseClustering):
     """pyannote's agglomerative clustering (centroid linkage of unit embeddings, stopped at ``threshold``) that
@@ -17,8 +22,11 @@ class SpeakerClustering(BaseClustering):
     pyannote merges every cluster of fewer than ``min_cluster_size`` embeddings (at most a tenth of them) into the
     nearest large one, so a voice heard for a few seconds in a meeting disappears into another speaker. Here a
     small cluster joins the nearest larger one only if it sounds like it (cosine distance of the centroids at most
-    ``keep_distance``); otherwise it is a voice of its own. ``num_clusters``, ``min_clusters`` and ``max_clusters``
-    are hard constraints: the dendrogram is then cut where it gives that many large clusters (or that many).
+    ``keep_distance``); otherwise it is a voice of its own. On long recordings a cluster is also small below
+    ``MIN_SHARE`` of the embeddings: the blends of overlapped speech that the cut leaves apart grow with the
+    recording, and past a few hundred they would pass any fixed size. ``num_clusters``, ``min_clusters`` and
+    ``max_clusters`` are hard constraints: the dendrogram is then cut where it gives that many large clusters (or
+    that many).
     """
 
     expects_num_clusters: bool = False
@@ -41,7 +49,7 @@ class SpeakerClustering(BaseClustering):
             return np.zeros(1, dtype=int)
         unit = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
         linked = Dendrogram(unit)
-        smallest = min(self.min_cluster_size, max(1, round(0.1 * count)))  # as pyannote
+        smallest = max(min(self.min_cluster_size, max(1, round(0.1 * count))), round(MIN_SHARE * count))
         clusters = linked.cut(self.threshold, "distance")
         clusters = merge_small(unit, clusters, smallest, self.keep_distance)
         found = clusters.max() + 1
