@@ -132,6 +132,10 @@ class KnownSpeakerEmbedding(BaseModel):
     embedding: list[float] = Field(min_length=1, max_length=8192)
 
 
+MAX_SPEAKERS = 255
+"""The largest speaker-count hint: pyannote counts the speakers of each frame in 8 bits."""
+
+
 class InferenceConfig(BaseModel):
     """Options of one request, given as ``parameters`` in the request body. Unknown keys are refused."""
 
@@ -203,13 +207,13 @@ class InferenceConfig(BaseModel):
     channels (bleed, line echo) goes to the loudest. The speaker-count hints bound each channel. At most 8
     channels; a mono recording runs as channel 0, with a warning. Unset = the channels are mixed down."""
 
-    num_speakers: int | None = Field(default=None, ge=1)
+    num_speakers: int | None = Field(default=None, ge=1, le=MAX_SPEAKERS)
     """Exact number of speakers, when known. Excludes ``min_speakers``/``max_speakers``."""
 
-    min_speakers: int | None = Field(default=None, ge=1)
+    min_speakers: int | None = Field(default=None, ge=1, le=MAX_SPEAKERS)
     """Lower bound on the number of speakers."""
 
-    max_speakers: int | None = Field(default=None, ge=1)
+    max_speakers: int | None = Field(default=None, ge=1, le=MAX_SPEAKERS)
     """Upper bound on the number of speakers."""
 
     known_speaker_names: list[SpeakerName] | None = Field(default=None, max_length=MAX_AUDIO_REFERENCES)
