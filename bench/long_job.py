@@ -86,9 +86,10 @@ def main() -> None:
             while job["status"] in ("queued", "running"):
                 time.sleep(2)
                 job = httpx.get(f"{url}/jobs/{job['id']}", timeout=30).json()
-                if (job["progress"]["stage"] or job["status"]) != stage[0]:
-                    stage[0] = job["progress"]["stage"] or job["status"]
-                    print(f"  {time.perf_counter() - began:7.0f} s  {stage[0]}", flush=True)
+                now = job["progress"]["stage"] or job["status"]
+                if now != stage[0]:
+                    stage[0] = now
+                    print(f"  {time.perf_counter() - began:7.0f} s  {now}", flush=True)
             wall = time.perf_counter() - began
             done.set()
             sampler.join()

@@ -180,9 +180,9 @@ class LiveServer:
         return {"Authorization": f"Bearer {key}"}
 
 
-def rss_mb() -> float:
-    """This process's resident memory, in MB."""
-    return int(re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
+def rss_mb(pid: int | str = "self") -> float:
+    """The resident memory of process ``pid`` (this one by default), in MB."""
+    return int(re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text()).group(1)) / 1024
 
 
 def free_port() -> int:

@@ -165,8 +165,7 @@ class CAMPPlusEmbedding(Model):
         first_frames = _first_frames(starts)
         for batch in range(0, len(first_frames), batch_size):
             frames = torch.stack([features.window(f, window_frames) for f in first_frames[batch : batch + batch_size]])
-            batch_weights = weights[batch : batch + batch_size].to(frames.device, torch.float32)
-            embeddings.append(self.pool(frames, batch_weights))
+            embeddings.append(self.pool(frames, weights[batch : batch + batch_size]))
         return torch.cat(embeddings).cpu().numpy()
 
     def pool(self, frames: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -224,18 +223,18 @@ class CAMPPlusEmbedding(Model):
 
 
 def weighted_stats(frames: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
-    """(batch, channels, frames) features and (batch, frames) or (batch, speakers, frames) weights (interpolated to
-    the features' frames) -> (batch, [speakers,] 2 * channels): the weighted mean and unbiased standard deviation,
-    as pyannote's ``StatsPool`` (the plain ones without weights). Computed from two weighted sums over the frames in
-    float64: pyannote's makes three frame-sized temporaries per speaker, which a loop over long recordings leaves
-    scattered in the C heap (gigabytes, in a worker thread's arena)."""
+    """(batch, channels, frames) features and (batch, frames) or (batch, speakers, frames) weights (any dtype and
+    device; interpolated to the features' frames) -> (batch, [speakers,] 2 * channels): the weighted mean and
+    unbiased standard deviation, as pyannote's ``StatsPool`` (the plain ones without weights). Computed from two
+    weighted sums over the frames in float64: pyannote's makes three frame-sized temporaries per speaker, which a
+    loop over long recordings leaves scattered in the C heap (gigabytes, in a worker thread's arena)."""
     if weights is None:
         return torch.cat([frames.mean(dim=-1), frames.std(dim=-1, correction=1)], dim=-1)
     speakers = weights.dim() == 3
-    weights = (weights if speakers else weights[:, None]).to(frames.device, torch.float32)
-    if weights.shape[-1] != frames.shape[-1]:
-        weights = F.interpolate(weights, size=frames.shape[-1], mode="nearest")
-    x, w = frames.double(), weights.double()
+    w = (weights if speakers else weights[:, None]).to(frames.device, torch.float64)
+    if w.shape[-1] != frames.shape[-1]:
+        w = F.interpolate(w, size=frames.shape[-1], mode="nearest")
+    x = frames.double()
     total = w.sum(dim=2, keepdim=True)
     v1, v2 = total + 1e-8, w.square().sum(dim=2, keepdim=True)
     sums = torch.einsum("bct,bst->bsc", x, w)

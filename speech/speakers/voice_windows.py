@@ -53,7 +53,7 @@ class FeatureWindows:
                     batch_weights = torch.ones(len(batch_starts), 1, width)
                 else:
                     batch_weights = torch.from_numpy(weights[batch : batch + _BATCH])[:, None]
-                pooled = self.model.pool(frames, batch_weights.to(frames.device))[:, 0]
+                pooled = self.model.pool(frames, batch_weights)[:, 0]
                 embeddings.append(pooled.float().cpu().numpy())
         return _unit(np.concatenate(embeddings))
 
